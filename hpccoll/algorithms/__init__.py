@@ -1,0 +1,7 @@
+"""Algorithm families; importing this package registers every planner.
+
+One module per family (DESIGN.md): each module's planners are pure functions
+``Call -> Program`` registered with :func:`hpccoll.registry.register`.
+"""
+
+from . import direct, ring  # noqa: F401

@@ -1,0 +1,203 @@
+"""Ring algorithms: every rank talks only to its two ring neighbours.
+
+Cost notation: p ranks, alpha the per-message start-up, beta the per-byte time, n the bytes a
+rank contributes (allgather), receives (reduce-scatter), holds (allreduce) or sends to one
+peer (alltoall), gamma the per-byte reduction time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..registry import register
+from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
+                        Send, Step, even_split, merge_adjacent, offsets, segment_count,
+                        segments)
+
+
+def _ring_allgather_steps(p: int, rank: int, blocks: list[Region]) -> list[Step]:
+    """p-1 steps: in step k rank r forwards block r-k to r+1 and receives block r-k-1."""
+    right, left = (rank + 1) % p, (rank - 1) % p
+    steps = []
+    for k in range(p - 1):
+        out, into = blocks[(rank - k) % p], blocks[(rank - k - 1) % p]
+        steps.append(Step(sends=(Send(right, (out,)),) if out.count else (),
+                          recvs=(Recv(left, (into,)),) if into.count else ()))
+    return steps
+
+
+def _with_local(step: Step, *ops: Copy) -> Step:
+    return Step(step.sends, step.recvs, step.local + tuple(op for op in ops if op.dst.count))
+
+
+@register("allgather", "ring", family="ring")
+def plan_ring_allgather(call: Call) -> Program:
+    """Ring allgather: p-1 steps, each forwarding the block received in the step before.
+
+    Rounds p-1; bytes sent per rank (p-1)n; time (p-1)(alpha + n beta).  Any p, uneven blocks.
+    """
+    p, rank = call.p, call.rank
+    blocks = [Region(RECV, o, c) for o, c in zip(offsets(call.counts), call.counts)]
+    own = blocks[rank]
+    steps = _ring_allgather_steps(p, rank, blocks)
+    if call.in_place:
+        return Program(tuple(steps))
+    copy_own = Copy(Region(SEND, 0, own.count), own)
+    if not steps:
+        return Program((_with_local(Step(), copy_own),))
+    # step 0 sends straight from the send buffer while the own block is copied over
+    first = steps[0]
+    sends = (Send(first.sends[0].peer, (copy_own.src,)),) if first.sends else ()
+    steps[0] = _with_local(Step(sends, first.recvs), copy_own)
+    return Program(tuple(steps))
+
+
+def _ring_reduce_steps(p: int, rank: int, seg: int, source: list[Region],
+                       staging: Callable[[int, int], Region],
+                       partial: Callable[[int, int], Region]) -> list[Step]:
+    """The p-1 steps of a ring reduce-scatter over blocks ``source[0..p-1]``.
+
+    In step k rank r sends the partial sum of block r-k-1 (for k = 0 its own ``source``
+    block, later ``partial(k-1, r-k-1)``) to r+1, and receives the partial sum of block j = r-k-2
+    into ``staging(k, j)``; on arrival ``partial(k, j) = source[j] op staging(k, j)``.  After
+    the last step ``partial(p-2, r)`` holds the fully reduced block r.  Messages are cut into
+    segments of ``seg`` elements, each reduced as soon as it lands, so reduction overlaps the
+    transfer of the rest.
+    """
+    right, left = (rank + 1) % p, (rank - 1) % p
+    steps = []
+    for k in range(p - 1):
+        out_block, j = (rank - k - 1) % p, (rank - k - 2) % p
+        out = source[out_block] if k == 0 else partial(k - 1, out_block)
+        into, acc, own = staging(k, j), partial(k, j), source[j]
+        sends = tuple(Send(right, (s,)) for s in segments(out, seg))
+        recvs = tuple(Recv(left, (into.sub(o, c),),
+                           (Reduce(acc.sub(o, c), (own.sub(o, c), into.sub(o, c))),))
+                      for o, c in ((s.offset - into.offset, s.count) for s in segments(into, seg)))
+        steps.append(Step(sends, recvs))
+    return steps
+
+
+@register("reduce_scatter", "ring", family="ring")
+def plan_ring_reduce_scatter(call: Call) -> Program:
+    """Ring reduce-scatter: p-1 steps, partial sums travel the ring and grow by one term a step.
+
+    Rounds p-1; bytes sent per rank (p-1)n; time (p-1)(alpha + n beta + n gamma).  Messages are
+    segmented (option ``segment_bytes``, default 1 MiB) so reduction overlaps the transfer.
+    Partial sums land in two alternating scratch blocks (one is being sent while the other
+    fills) and are reduced there in place; the last one lands in the result.
+    """
+    p, rank, counts = call.p, call.rank, call.counts
+    source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
+    result = Region(RECV, 0, counts[rank])
+    if p == 1:
+        return Program((Step(local=(Copy(source[0], result),) if result.count else ()),))
+    width = max(counts)
+    slots = [[Region(SCRATCH, s * width, c) for c in counts] for s in (0, 1)]
+
+    def partial(k: int, j: int) -> Region:
+        return result if j == rank else slots[k % 2][j]
+
+    steps = _ring_reduce_steps(p, rank, segment_count(call), source, partial, partial)
+    return Program(tuple(steps), scratch=2 * width)
+
+
+@register("allreduce", "ring", family="ring")
+def plan_ring_allreduce(call: Call) -> Program:
+    """Ring allreduce: ring reduce-scatter of p blocks into the result, then ring allgather.
+
+    Rounds 2(p-1); bytes sent per rank 2(p-1)n/p; time 2(p-1)alpha + 2(p-1)/p n beta
+    + (p-1)/p n gamma (bandwidth-optimal).  Segmented like the ring reduce-scatter; one
+    scratch block receives the incoming partial sums, which are reduced into the result.
+    """
+    p, rank = call.p, call.rank
+    counts = even_split(call.counts[0], p)
+    displs = offsets(counts)
+    source = [Region(call.input, o, c) for o, c in zip(displs, counts)]
+    result = [Region(RECV, o, c) for o, c in zip(displs, counts)]
+    if p == 1:
+        return Program(() if call.in_place or not counts[0]
+                       else (Step(local=(Copy(source[0], result[0]),)),))
+    steps = _ring_reduce_steps(p, rank, segment_count(call), source,
+                               lambda k, j: Region(SCRATCH, 0, counts[j]), lambda k, j: result[j])
+    steps += _ring_allgather_steps(p, rank, result)
+    return Program(tuple(steps), scratch=counts[0])
+
+
+Piece = tuple[int, int]  # (offset inside the destination block, count)
+
+
+def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Program:
+    """All-to-all by store-and-forward along the ring, in one or both directions.
+
+    ``directions[d][i]`` (d = +1 to the right, -1 to the left) is the piece of the block for
+    the rank i+1 hops away that travels in direction d.  In step k a rank sends, each way, the
+    pieces of origin r - d(k-1) that still have to go k or more hops; the receiver keeps the
+    piece for itself (at the front of the message) and forwards the rest in step k+1.
+    Incoming messages alternate between two scratch slots per direction.
+    """
+    p, rank, n = call.p, call.rank, call.counts[0]
+    own = Copy(Region(SEND, rank * n, n), Region(RECV, rank * n, n))
+    rounds = max((len(pieces) for pieces in directions.values()), default=0)
+    layout, scratch = {}, 0
+    for d, pieces in directions.items():
+        remaining = [0] * (len(pieces) + 1)       # remaining[i]: count of pieces i.. onwards
+        for i in range(len(pieces) - 1, -1, -1):
+            remaining[i] = remaining[i + 1] + pieces[i][1]
+        layout[d] = (scratch, remaining)
+        scratch += 2 * remaining[0]
+    steps = []
+    for k in range(1, rounds + 1):
+        sends, recvs = [], []
+        for d, pieces in directions.items():
+            base, remaining = layout[d]
+            slot = [base, base + remaining[0]]
+            total = remaining[k - 1] if k <= len(pieces) else 0
+            if not total:
+                continue
+            if k == 1:
+                out = merge_adjacent(Region(SEND, ((rank + d * dist) % p) * n + off, c)
+                                     for dist, (off, c) in enumerate(pieces, 1))
+            else:
+                out = (Region(SCRATCH, slot[(k - 1) % 2] + pieces[k - 2][1], total),)
+            sends.append(Send((rank + d) % p, out))
+            off, kept = pieces[k - 1]
+            mine = Region(RECV, ((rank - d * k) % p) * n + off, kept)
+            if kept == total:
+                recvs.append(Recv((rank - d) % p, (mine,)))
+            else:
+                landing = Region(SCRATCH, slot[k % 2], total)
+                recvs.append(Recv((rank - d) % p, (landing,),
+                                  (Copy(landing.sub(0, kept), mine),) if kept else ()))
+        local = (own,) if k == 1 and n else ()
+        steps.append(Step(tuple(sends), tuple(recvs), local))
+    if not steps and n:
+        steps.append(Step(local=(own,)))
+    return Program(tuple(steps), scratch)
+
+
+@register("alltoall", "ring", family="ring")
+def plan_ring_alltoall(call: Call) -> Program:
+    """Ring all-to-all, one direction: each rank sends all p-1 blocks to its right neighbour,
+    which keeps its own and forwards the rest (seed 003).
+
+    Rounds p-1; bytes sent per rank n p(p-1)/2; time (p-1)alpha + n p(p-1)/2 beta.
+    """
+    return _forwarding_alltoall(call, {1: [(0, call.counts[0])] * (call.p - 1)})
+
+
+@register("alltoall", "ring_bidirectional", family="ring")
+def plan_ring_bidirectional_alltoall(call: Call) -> Program:
+    """Ring all-to-all, half each way: blocks go the shorter way round; for even p the block
+    opposite is split in two halves, one each way (seed 003's improvement).
+
+    Rounds floor(p/2); bytes sent per rank about n p^2/4 (n p^2/8 each way, concurrently);
+    time floor(p/2) alpha + about n p^2/8 beta on full-duplex links.
+    """
+    p, n = call.p, call.counts[0]
+    right = [(0, n)] * ((p - 1) // 2)
+    left = list(right)
+    if p % 2 == 0 and p > 1:
+        right.append((0, n // 2))
+        left.append((n // 2, n - n // 2))
+    return _forwarding_alltoall(call, {1: right, -1: left})

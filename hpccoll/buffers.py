@@ -1,0 +1,164 @@
+"""User buffers: NumPy or CuPy arrays, their MPI datatypes, and GPU-aware MPI detection.
+
+Everything the executor needs to know about an array goes through here: whether it lives on
+the host or a GPU, its flat view, its address, who owns its memory (for the persistent-request
+cache), and how to compute on it.  CuPy buffers go to MPI directly when the MPI library is
+CUDA-aware, otherwise through host copies (see :func:`gpu_aware`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import weakref
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
+
+OP_NAMES = {"sum": "sum", "prod": "prod", "min": "min", "max": "max"}
+
+
+def is_cupy(buf: Any) -> bool:
+    return type(buf).__module__.startswith("cupy")
+
+
+def kind(buf: Any) -> str | None:
+    """'numpy', 'cupy', or None for anything that is not an array hpccoll takes."""
+    if isinstance(buf, np.ndarray):
+        return "numpy"
+    if is_cupy(buf) and hasattr(buf, "__cuda_array_interface__"):
+        return "cupy"
+    return None
+
+
+def check_array(buf: Any, name: str, *, writable: bool) -> None:
+    """TypeError/ValueError if ``buf`` cannot be used as a collective's buffer."""
+    if kind(buf) is None:
+        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(buf).__name__}")
+    if buf.dtype not in SUPPORTED_DTYPES:
+        supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{name} has dtype {buf.dtype}, which is not supported ({supported})")
+    if not buf.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (pass np.ascontiguousarray(...))")
+    if writable and not buf.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+
+
+def flat(buf: Any) -> Any:
+    """The 1-D view of a C-contiguous array."""
+    return buf.reshape(-1)
+
+
+def address(buf: Any) -> int:
+    if is_cupy(buf):
+        return buf.data.ptr
+    return buf.__array_interface__["data"][0]
+
+
+def overlap(a: Any, b: Any) -> bool:
+    """Whether two arrays' memory ranges intersect."""
+    if a.nbytes == 0 or b.nbytes == 0:
+        return False
+    start_a, start_b = address(a), address(b)
+    return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
+
+
+def owner(buf: Any) -> Any:
+    """The object that owns ``buf``'s memory (the end of its ``.base`` chain)."""
+    obj = buf
+    while getattr(obj, "base", None) is not None:
+        obj = obj.base
+    if is_cupy(buf):
+        return buf.data.mem
+    return obj
+
+
+def owner_ref(buf: Any) -> Callable[[], Any]:
+    """A weak reference to the owner of ``buf``'s memory, or a strong one where the owner
+    takes no weak references (bytes): a dead reference means the memory may be reused."""
+    obj = owner(buf)
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+@lru_cache(maxsize=None)
+def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:
+    return MPI.Datatype.fromcode(np.dtype(dtype).char)
+
+
+def mpi_buffer(buf: Any, mpi_type: MPI.Datatype) -> list:
+    """An MPI message spec for ``buf`` that does not keep ``buf`` alive (raw address)."""
+    return [MPI.buffer.fromaddress(address(buf), buf.nbytes), buf.size, mpi_type]
+
+
+def check_op(op: Any, dtype: np.dtype) -> str:
+    """The name of reduction ``op`` (an ``MPI.Op`` or a name); ValueError if it does not apply."""
+    name = _op_name(op)
+    if name is None:
+        raise ValueError(f"unsupported reduction op {op!r}; use one of "
+                         "MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX (or 'sum', 'prod', 'min', 'max')")
+    if name in ("min", "max") and np.dtype(dtype).kind == "c":
+        raise ValueError(f"op {name} is not defined for complex dtype {dtype}")
+    return name
+
+
+def _op_name(op: Any) -> str | None:
+    if isinstance(op, str):
+        return OP_NAMES.get(op.lower())
+    for name, mpi_op in (("sum", MPI.SUM), ("prod", MPI.PROD), ("min", MPI.MIN),
+                         ("max", MPI.MAX)):
+        if op == mpi_op:
+            return name
+    return None
+
+
+@lru_cache(maxsize=None)
+def native_op(name: str, dtype: np.dtype) -> MPI.Op:
+    """The MPI op for the native collective: the predefined one, or for float16 outside MPICH
+    (MPI has no standard float16; MPICH reduces MPIX_C_FLOAT16) a user-defined commutative
+    op computing with NumPy."""
+    if np.dtype(dtype) != np.float16 or MPI.get_vendor()[0] == "MPICH":
+        return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
+    ufunc = kernels.UFUNCS[name]
+
+    def combine(inbuf, inoutbuf, datatype):
+        a = np.frombuffer(inbuf, np.float16)
+        b = np.frombuffer(inoutbuf, np.float16)
+        ufunc(a, b, out=b)
+    return MPI.Op.Create(combine, commute=True)
+
+
+@lru_cache(maxsize=1)
+def gpu_aware() -> bool:
+    """Whether MPI takes device pointers: ``HPCCOLL_GPU_AWARE`` (0/1) if set, else the MPI
+    library's ``MPIX_Query_cuda_support()`` where it has one (MPICH, Open MPI)."""
+    setting = os.environ.get("HPCCOLL_GPU_AWARE")
+    if setting is not None:
+        return setting.strip().lower() in ("1", "true", "yes")
+    try:
+        query = ctypes.CDLL(MPI.__file__).MPIX_Query_cuda_support
+    except (OSError, AttributeError):
+        return False
+    query.restype = ctypes.c_int
+    return bool(query())
+
+
+def to_host(buf: Any) -> np.ndarray:
+    return buf.get() if is_cupy(buf) else buf
+
+
+def synchronize(buf: Any) -> None:
+    """Wait for pending GPU work on ``buf``'s device before MPI touches it."""
+    if is_cupy(buf):
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()

@@ -1,0 +1,381 @@
+"""Run one rank's program on mpi4py.
+
+A :class:`Plan` is a program compiled for one dtype.  Bound to concrete buffers it becomes a
+:class:`Binding`: views of the user's arrays (no copies for contiguous regions), scratch and
+packing space of its own, and one persistent request (``Send_init``/``Recv_init``) per
+transfer, so a repeated call costs a ``Startall`` per step.  Bindings are cached per plan by
+buffer address and dropped as soon as the memory's owner is gone (weak references; MPI gets
+raw addresses, so the cache never keeps user arrays alive).
+
+An :class:`Operation` runs a binding step by step without blocking (``test``) or to the end
+(``wait``); blocking calls, non-blocking calls and persistent requests all use it.  A step
+that makes no progress for ``HPCCOLL_TIMEOUT`` seconds raises :class:`CollectiveTimeout`
+naming the step and the peers not heard from.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from . import buffers, kernels
+from .schedule import RECV, SCRATCH, SEND, Copy, LocalOp, Program, Reduce, Region, Step
+
+DEFAULT_TIMEOUT = 600.0
+BINDINGS_PER_PLAN = 4
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective step did not complete before the deadline."""
+
+
+def timeout_seconds() -> float | None:
+    """``HPCCOLL_TIMEOUT`` in seconds (default 600); 0 or 'none' waits forever."""
+    value = os.environ.get("HPCCOLL_TIMEOUT", "").strip().lower()
+    if not value:
+        return DEFAULT_TIMEOUT
+    if value in ("0", "none", "inf"):
+        return None
+    return float(value)
+
+
+def deadline_from(start: float) -> float | None:
+    """The monotonic time at which work begun at ``start`` times out (None: never)."""
+    limit = timeout_seconds()
+    return None if limit is None else start + limit
+
+
+def wait_requests(requests: list[MPI.Request], what: str,
+                  on_complete: Callable[[int], None] | None = None,
+                  pending: Callable[[list[int]], str] | None = None,
+                  deadline: float | None = None) -> None:
+    """Complete ``requests``, calling ``on_complete(i)`` as each finishes, polling until
+    ``deadline`` (default: ``HPCCOLL_TIMEOUT`` from now); past it, cancel what is left and
+    raise :class:`CollectiveTimeout`."""
+    if on_complete is None and MPI.Request.Testall(requests):
+        return
+    if deadline is None:
+        deadline = deadline_from(time.monotonic())
+    spins, left = 0, len(requests)
+    while left:
+        done = MPI.Request.Testsome(requests)
+        if done:
+            left -= len(done)
+            if on_complete is not None:
+                for i in done:
+                    on_complete(i)
+            continue
+        if done is None:
+            break
+        spins += 1
+        if spins > 64:
+            os.sched_yield()
+        if deadline is not None and spins % 64 == 0 and time.monotonic() > deadline:
+            open_ = [i for i, r in enumerate(requests) if not r.Test()]
+            for i in open_:
+                _cancel(requests[i])
+            detail = pending(open_) if pending else f"{len(open_)} request(s) open"
+            raise CollectiveTimeout(f"{what} did not complete within {timeout_seconds():g} s "
+                                    f"(HPCCOLL_TIMEOUT): {detail}")
+
+
+def _cancel(request: MPI.Request) -> None:
+    try:
+        request.Cancel()
+    except MPI.Exception:
+        pass
+
+
+@dataclass
+class _CompiledStep:
+    index: int
+    requests: list[MPI.Prequest]
+    peers: list[tuple[str, int]]          # ('from'|'to', rank) per request
+    packs: list[tuple[Callable, tuple]]
+    local: list[tuple]
+    arrivals: dict[int, list[tuple]]      # request index -> ops on arrival
+
+
+class Plan:
+    """A program compiled for a dtype: what every binding of it shares."""
+
+    def __init__(self, program: Program, dtype: np.dtype, label: str):
+        self.program = program
+        self.dtype = np.dtype(dtype)
+        self.label = label
+        self.steps = [(i, s) for i, s in enumerate(program.steps) if not s.empty]
+        self.staging = max((_staging_count(s) for _, s in self.steps), default=0)
+        self.bindings: OrderedDict[tuple, Binding] = OrderedDict()
+
+    def binding(self, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int],
+                cache: bool) -> "Binding":
+        """A binding of this plan to ``send``/``recv``, step s tagged ``base + s % span`` for
+        ``tags = (base, span)``; cached ones are reused while their buffers' memory is alive
+        and no other operation uses them."""
+        key = (buffers.address(send) if send is not None else 0, buffers.address(recv), tags)
+        found = self.bindings.get(key)
+        if found is not None:
+            if found.alive():
+                if not found.busy:
+                    self.bindings.move_to_end(key)
+                    return found
+            else:
+                del self.bindings[key]
+                found.free()
+        fresh = Binding(self, comm, send, recv, tags)
+        if cache and found is None:
+            self.bindings[key] = fresh
+            while len(self.bindings) > BINDINGS_PER_PLAN:
+                self.bindings.popitem(last=False)[1].free()
+        else:
+            fresh.transient = True
+        return fresh
+
+    def free(self) -> None:
+        for binding in self.bindings.values():
+            binding.free()
+        self.bindings.clear()
+
+
+def _staging_count(step: Step) -> int:
+    packed = [t for t in (*step.sends, *step.recvs) if len(t.regions) > 1]
+    return sum(t.count for t in packed)
+
+
+class Binding:
+    """A plan bound to buffers: views, scratch, staging and persistent requests."""
+
+    def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int]):
+        self.plan = plan
+        self.busy = False
+        self.transient = False
+        self.array_kind = buffers.kind(recv)
+        xp = np if self.array_kind == "numpy" else __import__("cupy")
+        dtype = plan.dtype
+        self.views = {SEND: send if send is not None else xp.empty(0, dtype), RECV: recv,
+                      SCRATCH: xp.empty(plan.program.scratch, dtype)}
+        self.staging = xp.empty(plan.staging, dtype)
+        self.owners = [buffers.owner_ref(a) for a in (send, recv) if a is not None]
+        self.mpi_type = buffers.mpi_datatype(dtype)
+        self.steps = [self._compile(comm, index, step, tags) for index, step in plan.steps]
+
+    def alive(self) -> bool:
+        return all(ref() is not None for ref in self.owners)
+
+    def view(self, region: Region) -> Any:
+        return self.views[region.buffer][region.offset:region.stop]
+
+    def _compile(self, comm: MPI.Comm, index: int, step: Step,
+                 tags: tuple[int, int]) -> _CompiledStep:
+        tag = tags[0] + index % tags[1]
+        at = 0
+        requests, peers, packs, arrivals = [], [], [], {}
+        for recv in step.recvs:
+            if len(recv.regions) == 1:
+                into, unpack = self.view(recv.regions[0]), []
+            else:
+                into = self.staging[at:at + recv.count]
+                unpack = [self._pack_op(into, recv.regions, gather=False)]
+                at += recv.count
+            ops = unpack + [self._op(op) for op in recv.on_arrival]
+            if ops:
+                arrivals[len(requests)] = ops
+            requests.append(comm.Recv_init(buffers.mpi_buffer(into, self.mpi_type), recv.peer, tag))
+            peers.append(("from", recv.peer))
+        for send in step.sends:
+            if len(send.regions) == 1:
+                out = self.view(send.regions[0])
+            else:
+                out = self.staging[at:at + send.count]
+                packs.append(self._pack_op(out, send.regions, gather=True))
+                at += send.count
+            requests.append(comm.Send_init(buffers.mpi_buffer(out, self.mpi_type), send.peer, tag))
+            peers.append(("to", send.peer))
+        return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
+                             arrivals)
+
+    def _op(self, op: LocalOp) -> tuple:
+        if isinstance(op, Copy):
+            return (_COPY, self.view(op.dst), self.view(op.src))
+        srcs = sorted(op.srcs, key=lambda r: r != op.dst)   # the accumulator first
+        return (_REDUCE, self.view(op.dst), tuple(self.view(r) for r in srcs))
+
+    def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> tuple:
+        """Gather ``regions`` into ``packed`` (or scatter back), one kernel call per run of
+        regions in the same buffer, working on bytes."""
+        runs, at = [], 0
+        size = self.plan.dtype.itemsize
+        for region in regions:
+            if runs and runs[-1][0] == region.buffer:
+                runs[-1][1].append((region.offset * size, region.count * size))
+            else:
+                runs.append((region.buffer, [(region.offset * size, region.count * size)], at))
+            at += region.count * size
+        calls = []
+        for name, blocks, start in runs:
+            total = sum(c for _, c in blocks)
+            packed_bytes = _bytes(packed)[start:start + total]
+            starts = np.array([s for s, _ in blocks], np.int64)
+            counts = np.array([c for _, c in blocks], np.int64)
+            calls.append((packed_bytes, _bytes(self.views[name]), starts, counts))
+        return (_GATHER if gather else _SCATTER, calls)
+
+    def free(self) -> None:
+        for step in self.steps:
+            for request in step.requests:
+                if request != MPI.REQUEST_NULL:
+                    request.Free()
+        self.steps = []
+
+
+_COPY, _REDUCE, _GATHER, _SCATTER = range(4)
+
+
+def _bytes(array: Any) -> Any:
+    return array.view(np.uint8) if isinstance(array, np.ndarray) else array.view("uint8")
+
+
+def _run_ops(ops: list[tuple], reduce: kernels.Reducer) -> None:
+    for op in ops:
+        code = op[0]
+        if code == _COPY:
+            op[1][...] = op[2]
+        elif code == _REDUCE:
+            dst, srcs = op[1], op[2]
+            reduce(dst, srcs[0], srcs[1])
+            for src in srcs[2:]:
+                reduce(dst, dst, src)
+        else:
+            move = kernels.gather_bytes if code == _GATHER else kernels.scatter_bytes
+            for packed, buffer, starts, counts in op[1]:
+                if isinstance(packed, np.ndarray):
+                    move(packed, buffer, starts, counts)
+                else:
+                    _move_device(code, packed, buffer, starts, counts)
+
+
+def _move_device(code: int, packed: Any, buffer: Any, starts: np.ndarray,
+                 counts: np.ndarray) -> None:
+    at = 0
+    for s, c in zip(starts.tolist(), counts.tolist()):
+        if code == _GATHER:
+            packed[at:at + c] = buffer[s:s + c]
+        else:
+            buffer[s:s + c] = packed[at:at + c]
+        at += c
+
+
+class Operation:
+    """One execution of a binding: ``start`` it, then ``test`` (no blocking) or ``wait``."""
+
+    def __init__(self, binding: Binding, reduce: kernels.Reducer, on_done: Callable[[], None]):
+        self.binding = binding
+        self.reduce = reduce
+        self.on_done = on_done
+        self.position = 0
+        self.posted = False
+        self.step_started = 0.0
+        self.done = False
+
+    def start(self) -> "Operation":
+        self.binding.busy = True
+        if self.binding.array_kind == "cupy":
+            buffers.synchronize(self.binding.views[RECV])
+        self._advance(block=False)
+        return self
+
+    def _advance(self, block: bool) -> bool:
+        steps = self.binding.steps
+        while self.position < len(steps):
+            step = steps[self.position]
+            if not self.posted:
+                _run_ops(step.packs, self.reduce)
+                if step.requests:
+                    MPI.Prequest.Startall(step.requests)
+                _run_ops(step.local, self.reduce)
+                self.posted = True
+                self.step_started = time.monotonic()
+            if step.requests:
+                if block:
+                    self._wait_step(step)
+                elif not self._test_step(step):
+                    return False
+            self.posted = False
+            self.position += 1
+        self._finish()
+        return True
+
+    def _arrived(self, step: _CompiledStep) -> Callable[[int], None]:
+        def handle(i: int) -> None:
+            ops = step.arrivals.get(i)
+            if ops:
+                _run_ops(ops, self.reduce)
+        return handle
+
+    def _wait_step(self, step: _CompiledStep) -> None:
+        plan = self.binding.plan
+        try:
+            wait_requests(step.requests,
+                          f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
+                          self._arrived(step) if step.arrivals else None,
+                          lambda open_: _describe_open(step, open_),
+                          deadline_from(self.step_started))
+        except CollectiveTimeout:
+            self._abandon()
+            raise
+
+    def _test_step(self, step: _CompiledStep) -> bool:
+        done = MPI.Request.Testsome(step.requests)
+        handle = self._arrived(step)
+        while done:
+            for i in done:
+                handle(i)
+            done = MPI.Request.Testsome(step.requests)
+        if done is None:
+            return True
+        deadline = deadline_from(self.step_started)
+        if deadline is not None and time.monotonic() > deadline:
+            self._wait_step(step)   # past the deadline: raises with the details
+        return False
+
+    def _abandon(self) -> None:
+        """After a timeout the binding's requests are in an unknown state: drop it."""
+        binding = self.binding
+        binding.busy = False
+        for key, cached in list(binding.plan.bindings.items()):
+            if cached is binding:
+                del binding.plan.bindings[key]
+        self.done = True
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.binding.busy = False
+        if self.binding.transient:
+            self.binding.free()
+        self.on_done()
+
+    def test(self) -> bool:
+        return self.done or self._advance(block=False)
+
+    def wait(self) -> None:
+        if not self.done:
+            self._advance(block=True)
+
+
+def _describe_open(step: _CompiledStep, open_: list[int]) -> str:
+    waiting = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "from"})
+    sending = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "to"})
+    parts = []
+    if waiting:
+        parts.append(f"no message from rank(s) {waiting}")
+    if sending:
+        parts.append(f"sends to rank(s) {sending} not completed")
+    return "; ".join(parts) or "requests open"

@@ -1,0 +1,96 @@
+"""(collective, algorithm name) -> planner, with the constraints under which it applies.
+
+Planners register themselves with :func:`register` when their family module is imported;
+:mod:`hpccoll.algorithms` imports every family.  ``native`` (the MPI library's own collective)
+is not a planner: the API handles it, but it is listed among the names a user may ask for.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from .schedule import COLLECTIVES, Call, Program
+
+NATIVE = "native"
+Planner = Callable[[Call], Program]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A condition a call must meet for an algorithm to serve it."""
+
+    description: str
+    holds: Callable[[Call], bool]
+
+
+POWER_OF_TWO = Constraint("p is a power of two", lambda c: c.p & (c.p - 1) == 0)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    collective: str
+    name: str
+    family: str
+    planner: Planner
+    requires: tuple[Constraint, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """First line of the planner's docstring."""
+        return (inspect.getdoc(self.planner) or "").split("\n", 1)[0]
+
+    def violated(self, call: Call) -> str | None:
+        """Why ``call`` cannot be served (None when it can)."""
+        for constraint in self.requires:
+            if not constraint.holds(call):
+                return constraint.description
+        return None
+
+
+_REGISTRY: dict[tuple[str, str], Algorithm] = {}
+
+
+def register(collective: str | tuple[str, ...], name: str, *, family: str,
+             requires: tuple[Constraint, ...] = ()) -> Callable[[Planner], Planner]:
+    """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives."""
+    names = (collective,) if isinstance(collective, str) else collective
+
+    def decorate(planner: Planner) -> Planner:
+        for coll in names:
+            if coll not in COLLECTIVES:
+                raise ValueError(f"unknown collective {coll!r}")
+            if (coll, name) in _REGISTRY or name == NATIVE:
+                raise ValueError(f"algorithm {name!r} registered twice for {coll}")
+            _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires)
+        return planner
+
+    return decorate
+
+
+def _load() -> None:
+    from . import algorithms  # noqa: F401  (registers every family)
+
+
+def get(collective: str, name: str) -> Algorithm:
+    """The registered algorithm, or ValueError naming the known ones."""
+    _load()
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    try:
+        return _REGISTRY[collective, name]
+    except KeyError:
+        known = ", ".join(names(collective))
+        raise ValueError(f"unknown algorithm {name!r} for {collective}; known: {known}") from None
+
+
+def algorithms(collective: str | None = None) -> list[Algorithm]:
+    """Registered algorithms (of one collective, or all), in registration order."""
+    _load()
+    return [a for (c, _), a in _REGISTRY.items() if collective in (None, c)]
+
+
+def names(collective: str) -> list[str]:
+    """Every name a user may pass as ``algorithm=`` for ``collective`` (native included)."""
+    return [a.name for a in algorithms(collective)] + [NATIVE]

@@ -1,0 +1,229 @@
+"""The schedule IR: one rank's program of a collective.
+
+Planners produce a :class:`Program` per rank; the executor runs it on MPI and the verifier
+runs all ranks' programs in one process.  Nothing here imports MPI.
+
+A program is a list of steps.  Executing a step means: post every receive and every send of
+the step, run the step's ``local`` operations while the transfers are in flight, then wait for
+the receives and run each receive's ``on_arrival`` operations as soon as it lands (arrivals are
+processed in any order).  Step ``s`` of one rank talks to step ``s`` of its peers: a message
+sent in step ``s`` is received in step ``s`` (the verifier enforces it; the executor tags by it).
+
+Data is addressed by :class:`Region`: a named buffer (``send``, ``recv``, ``scratch``), an
+element offset and an element count.  A send or receive with several regions is one message
+whose payload is their concatenation (the executor packs/unpacks it).
+
+Local operations are :class:`Copy` (``dst = src``) and :class:`Reduce`
+(``dst = srcs[0] op srcs[1] op ...``, ``dst`` may be one of ``srcs``).  Rules a planner must
+keep (the verifier checks them):
+
+* regions lie inside their buffer; the ``send`` buffer is never written;
+* nothing is read before it was written (``recv``/``scratch`` start unwritten);
+* within a step, receive targets are disjoint, nothing being sent is written, nothing being
+  received is touched by ``local`` operations, and the ``on_arrival`` operations of different
+  receives neither write what another reads or writes, except that several receives may
+  accumulate (``Reduce`` whose ``dst`` is among its ``srcs``) into the same region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Union
+
+SEND, RECV, SCRATCH = "send", "recv", "scratch"
+BUFFERS = (SEND, RECV, SCRATCH)
+
+COLLECTIVES = ("allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce")
+REDUCING = frozenset({"reduce_scatter", "allreduce"})
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """``count`` elements of buffer ``buffer`` starting at element ``offset``."""
+
+    buffer: str
+    offset: int
+    count: int
+
+    @property
+    def stop(self) -> int:
+        return self.offset + self.count
+
+    def sub(self, offset: int, count: int) -> "Region":
+        """The part of this region ``offset`` elements in, ``count`` long."""
+        return Region(self.buffer, self.offset + offset, count)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """``dst[:] = src`` (same count)."""
+
+    src: Region
+    dst: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """``dst[:] = srcs[0] op srcs[1] op ...`` elementwise (same counts)."""
+
+    dst: Region
+    srcs: tuple[Region, ...]
+
+    @property
+    def accumulates(self) -> bool:
+        return self.dst in self.srcs
+
+
+LocalOp = Union[Copy, Reduce]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    peer: int
+    regions: tuple[Region, ...]
+
+    @property
+    def count(self) -> int:
+        return sum(r.count for r in self.regions)
+
+
+@dataclass(frozen=True, slots=True)
+class Recv:
+    peer: int
+    regions: tuple[Region, ...]
+    on_arrival: tuple[LocalOp, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return sum(r.count for r in self.regions)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    sends: tuple[Send, ...] = ()
+    recvs: tuple[Recv, ...] = ()
+    local: tuple[LocalOp, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.sends or self.recvs or self.local)
+
+
+@dataclass(frozen=True)
+class Program:
+    """One rank's schedule: its steps and the scratch space (elements) they use."""
+
+    steps: tuple[Step, ...]
+    scratch: int = 0
+
+    def messages(self) -> Iterator[tuple[int, Send]]:
+        for index, step in enumerate(self.steps):
+            for send in step.sends:
+                yield index, send
+
+
+@dataclass(frozen=True)
+class Call:
+    """A collective call as a planner sees it (hashable: it is the plan-cache key).
+
+    ``counts`` by collective (elements):
+
+    * ``allgather``: the block of every rank (``p`` entries; uneven = allgatherv);
+    * ``reduce_scatter``: the result block of every rank (``recvcounts``);
+    * ``allreduce``: ``(n,)``, the vector length;
+    * ``alltoall``/``alltoallv``: what this rank sends to each peer (``sendcounts``), with
+      ``recvcounts``, ``sdispls`` and ``rdispls`` for this rank (uniform for ``alltoall``).
+
+    ``in_place`` (allgather, allreduce): the input is already in the receive buffer and there
+    is no send buffer.  ``options`` is a sorted tuple of (name, value) planner options.
+    """
+
+    collective: str
+    p: int
+    rank: int
+    counts: tuple[int, ...]
+    recvcounts: tuple[int, ...] = ()
+    sdispls: tuple[int, ...] = ()
+    rdispls: tuple[int, ...] = ()
+    in_place: bool = False
+    itemsize: int = 8
+    topology: Any = None
+    options: tuple[tuple[str, Any], ...] = field(default=())
+
+    def option(self, name: str, default: Any = None) -> Any:
+        for key, value in self.options:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def input(self) -> str:
+        """The buffer that holds this rank's input."""
+        return RECV if self.in_place else SEND
+
+
+def offsets(counts: Iterable[int]) -> tuple[int, ...]:
+    """Exclusive prefix sums: where each block starts when blocks are laid end to end."""
+    out, total = [], 0
+    for c in counts:
+        out.append(total)
+        total += c
+    return tuple(out)
+
+
+def even_split(n: int, parts: int) -> tuple[int, ...]:
+    """``n`` split into ``parts`` counts differing by at most one (larger ones first)."""
+    base, extra = divmod(n, parts)
+    return tuple(base + (i < extra) for i in range(parts))
+
+
+def uniform_call(collective: str, p: int, rank: int, count: int, **kw: Any) -> Call:
+    """The :class:`Call` of a block collective with ``count`` elements per block."""
+    if collective in ("alltoall", "alltoallv"):
+        counts = (count,) * p
+        displs = offsets(counts)
+        return Call(collective, p, rank, counts, counts, displs, displs, **kw)
+    if collective == "allreduce":
+        return Call(collective, p, rank, (count,), **kw)
+    return Call(collective, p, rank, (count,) * p, **kw)
+
+
+def buffer_sizes(call: Call) -> tuple[int, int]:
+    """(send, recv) buffer sizes in elements that ``call`` needs (send is 0 when in place)."""
+    c = call.collective
+    if c == "allgather":
+        send, recv = call.counts[call.rank], sum(call.counts)
+    elif c == "reduce_scatter":
+        send, recv = sum(call.counts), call.counts[call.rank]
+    elif c == "allreduce":
+        send = recv = call.counts[0]
+    else:
+        send = max((d + n for d, n in zip(call.sdispls, call.counts)), default=0)
+        recv = max((d + n for d, n in zip(call.rdispls, call.recvcounts)), default=0)
+    return (0 if call.in_place else send), recv
+
+
+def segments(region: Region, max_count: int) -> list[Region]:
+    """``region`` cut into consecutive pieces of at most ``max_count`` elements (none if empty)."""
+    if max_count <= 0:
+        raise ValueError("segment size must be positive")
+    return [region.sub(start, min(max_count, region.count - start))
+            for start in range(0, region.count, max_count)]
+
+
+def segment_count(call: Call, default_bytes: int = 1 << 20) -> int:
+    """Elements per segment from the ``segment_bytes`` option (default 1 MiB)."""
+    return max(1, int(call.option("segment_bytes", default_bytes)) // call.itemsize)
+
+
+def merge_adjacent(regions: Iterable[Region]) -> tuple[Region, ...]:
+    """Regions with empty ones dropped and consecutive touching ones fused."""
+    out: list[Region] = []
+    for r in regions:
+        if r.count == 0:
+            continue
+        if out and out[-1].buffer == r.buffer and out[-1].stop == r.offset:
+            out[-1] = Region(r.buffer, out[-1].offset, out[-1].count + r.count)
+        else:
+            out.append(r)
+    return tuple(out)

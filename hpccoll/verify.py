@@ -1,0 +1,386 @@
+"""Run all p ranks' programs in one process, on real data, without MPI.
+
+:func:`simulate` executes the programs step by step: it matches every send with a receive of
+the same step (in posting order per pair of ranks, as MPI's non-overtaking rule does), checks
+sizes, bounds, reads of unwritten data and the hazards the schedule rules forbid (see
+:mod:`hpccoll.schedule`), and processes arrivals in reverse posting order to expose order
+dependence.  :func:`check_algorithm` builds random calls (uneven counts and zeros included),
+simulates them and compares every rank's output with the collective's definition.  Every
+problem raises :class:`VerificationError` naming the rank, the step and the region.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import registry
+from .schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Reduce, Region, buffer_sizes,
+                       offsets, uniform_call)
+
+IN_PLACE_COLLECTIVES = ("allgather", "allreduce")
+
+
+class VerificationError(AssertionError):
+    """A program breaks a schedule rule or computes a wrong result."""
+
+
+@dataclass
+class Report:
+    """What a simulation counted: rounds (steps with transfers), messages, elements sent."""
+
+    rounds: int = 0
+    messages: int = 0
+    max_sent: int = 0
+    sent: list[int] = field(default_factory=list)
+
+
+class _Rank:
+    """One rank's buffers, what of them is written, and the per-step hazard marks.
+
+    Buffers are Python lists (the verifier moves a few elements per message, where lists are
+    several times faster than NumPy slices).  Marks are stamps (``step * _SPAN + index``), so
+    they need no clearing: a mark belongs to the current step when it is >= ``step * _SPAN``.
+    """
+
+    def __init__(self, rank: int, call: Call, program: Program, data: list[int]):
+        self.rank = rank
+        send_n, recv_n = buffer_sizes(call)
+        sizes = {SEND: send_n, RECV: recv_n, SCRATCH: program.scratch}
+        self.data = {name: [0] * n for name, n in sizes.items()}
+        self.written = {name: bytearray(n) for name, n in sizes.items()}
+        start = 0
+        if call.in_place and call.collective == "allgather":
+            start = offsets(call.counts)[rank]
+        target = RECV if call.in_place else SEND
+        self.data[target][start:start + len(data)] = data
+        self.written[target][start:start + len(data)] = b"\x01" * len(data)
+
+        def stamps() -> dict[str, list[int]]:
+            return {name: [-1] * n for name, n in sizes.items()}
+        self.receiving, self.sending = stamps(), stamps()
+        self.arrival_writer, self.arrival_reader, self.shared_read = stamps(), stamps(), stamps()
+        self.accumulating = {name: [False] * n for name, n in sizes.items()}
+        self._check_bounds(program)
+
+    def _check_bounds(self, program: Program) -> None:
+        for s, step in enumerate(program.steps):
+            ops = [(op, "local op") for op in step.local]
+            for i, recv in enumerate(step.recvs):
+                for region in recv.regions:
+                    self._inside(region, s, f"receive {i} from {recv.peer}")
+                ops += [(op, f"arrival op of receive {i}") for op in recv.on_arrival]
+            for send in step.sends:
+                for region in send.regions:
+                    self._inside(region, s, f"send to {send.peer}")
+            for op, what in ops:
+                reads, dst = _op_regions(op)
+                for region in (*reads, dst):
+                    self._inside(region, s, what)
+                if any(r.count != dst.count for r in reads):
+                    raise VerificationError(f"{self.where(s)}: {what} {op} has regions of "
+                                            "unequal sizes")
+
+    def _inside(self, region: Region, step: int, what: str) -> None:
+        if region.buffer not in self.data:
+            raise VerificationError(f"{self.where(step)}: {what} names unknown buffer {region}")
+        size = len(self.data[region.buffer])
+        if region.offset < 0 or region.count < 0 or region.stop > size:
+            raise VerificationError(f"{self.where(step)}: {what} {region} is outside the "
+                                    f"{region.buffer} buffer of {size} elements")
+
+    def where(self, step: int) -> str:
+        return f"rank {self.rank}, step {step}"
+
+    def read(self, region: Region, step: int, what: str) -> list[int]:
+        if self.written[region.buffer].find(0, region.offset, region.stop) != -1:
+            raise VerificationError(f"{self.where(step)}: {what} reads unwritten data in {region}")
+        return self.data[region.buffer][region.offset:region.stop]
+
+    def write(self, region: Region, values: list[int], step: int, what: str) -> None:
+        if region.buffer == SEND:
+            raise VerificationError(f"{self.where(step)}: {what} writes the send buffer {region}")
+        self.data[region.buffer][region.offset:region.stop] = values
+        self.written[region.buffer][region.offset:region.stop] = b"\x01" * region.count
+
+    def mark(self, marks: dict[str, list[int]], region: Region, stamp: int) -> None:
+        marks[region.buffer][region.offset:region.stop] = [stamp] * region.count
+
+    def not_sending(self, region: Region, step: int, what: str) -> None:
+        seen = self.sending[region.buffer][region.offset:region.stop]
+        if seen and max(seen) >= step * _SPAN:
+            raise VerificationError(f"{self.where(step)}: {what} writes {region} while it is "
+                                    "being sent")
+
+    def not_receiving(self, region: Region, step: int, what: str, allowed: int = -1) -> None:
+        now, mine = step * _SPAN, step * _SPAN + allowed
+        seen = self.receiving[region.buffer][region.offset:region.stop]
+        if seen and max(seen) >= now and any(x >= now and x != mine for x in seen):
+            raise VerificationError(f"{self.where(step)}: {what} touches {region} while a "
+                                    "receive into it is in flight")
+
+
+_SPAN = 1 << 32
+
+
+def _apply(state: _Rank, op: Copy | Reduce, step: int, what: str) -> None:
+    if isinstance(op, Copy):
+        state.write(op.dst, state.read(op.src, step, what), step, what)
+        return
+    values = [state.read(s, step, what) for s in op.srcs]
+    state.write(op.dst, [sum(t) for t in zip(*values)], step, what)
+
+
+def _op_regions(op: Copy | Reduce) -> tuple[tuple[Region, ...], Region]:
+    return ((op.src,), op.dst) if isinstance(op, Copy) else (op.srcs, op.dst)
+
+
+def _check_arrival_op(state: _Rank, op: Copy | Reduce, index: int, step: int, what: str) -> None:
+    """Arrival ops of different receives must commute: no one reads what another writes,
+    and two write the same element only when both accumulate into it."""
+    reads, dst = _op_regions(op)
+    accumulate = isinstance(op, Reduce) and op.accumulates
+    now, mine = step * _SPAN, step * _SPAN + index
+    for r in reads:
+        if accumulate and r == dst:
+            continue
+        writer = state.arrival_writer[r.buffer]
+        readers, shared = state.arrival_reader[r.buffer], state.shared_read[r.buffer]
+        for e in range(r.offset, r.stop):
+            if writer[e] >= now and writer[e] != mine:
+                raise VerificationError(f"{state.where(step)}: {what} reads {r}, which another "
+                                        "receive's arrival writes (result depends on arrival "
+                                        "order)")
+            if readers[e] >= now and readers[e] != mine:
+                shared[e] = now
+            readers[e] = mine
+    writer, acc = state.arrival_writer[dst.buffer], state.accumulating[dst.buffer]
+    readers, shared = state.arrival_reader[dst.buffer], state.shared_read[dst.buffer]
+    for e in range(dst.offset, dst.stop):
+        other_writer = writer[e] >= now and writer[e] != mine
+        if (other_writer and not (acc[e] and accumulate)) or shared[e] >= now or \
+                (readers[e] >= now and readers[e] != mine):
+            raise VerificationError(f"{state.where(step)}: {what} writes {dst}, which another "
+                                    "receive's arrival also uses (result depends on arrival "
+                                    "order)")
+        acc[e] = (acc[e] and accumulate) if writer[e] >= now else accumulate
+        writer[e] = mine
+
+
+def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray]
+             ) -> tuple[list[np.ndarray], list[np.ndarray], Report]:
+    """Run every rank's program; return (recv buffers, their written masks, report)."""
+    p = len(programs)
+    ranks = [_Rank(r, calls[r], programs[r], inputs[r].tolist()) for r in range(p)]
+    report = Report(sent=[0] * p)
+    for s in range(max((len(prog.steps) for prog in programs), default=0)):
+        steps = [prog.steps[s] if s < len(prog.steps) else None for prog in programs]
+        outbox: dict[tuple[int, int], list[list[int]]] = {}
+        active = False
+        for st, step in zip(ranks, steps):
+            if step is None:
+                continue
+            for i, recv in enumerate(step.recvs):
+                for region in recv.regions:
+                    st.not_receiving(region, s, f"receive {i} from {recv.peer}")
+                    st.mark(st.receiving, region, s * _SPAN + i)
+            for send in step.sends:
+                what = f"send to {send.peer}"
+                if not 0 <= send.peer < p or send.peer == st.rank:
+                    raise VerificationError(f"{st.where(s)}: {what}: invalid peer")
+                for region in send.regions:
+                    st.not_receiving(region, s, what)
+                    st.mark(st.sending, region, s * _SPAN)
+                payload = [x for r in send.regions for x in st.read(r, s, what)] \
+                    if len(send.regions) > 1 else st.read(send.regions[0], s, what)
+                outbox.setdefault((st.rank, send.peer), []).append(payload)
+                report.messages += 1
+                report.sent[st.rank] += len(payload)
+                active = True
+        for st, step in zip(ranks, steps):
+            for op in step.local if step else ():
+                reads, dst = _op_regions(op)
+                if step.recvs:
+                    for r in (*reads, dst):
+                        st.not_receiving(r, s, "local op")
+                if step.sends:
+                    st.not_sending(dst, s, "local op")
+                _apply(st, op, s, "local op")
+        for st, step in zip(ranks, steps):
+            if step is None:
+                continue
+            matched = []
+            for i, recv in enumerate(step.recvs):
+                queue = outbox.get((recv.peer, st.rank))
+                if not 0 <= recv.peer < p or not queue:
+                    raise VerificationError(f"{st.where(s)}: receive {i} from {recv.peer} has "
+                                            "no matching send in this step")
+                payload = queue.pop(0)
+                if len(payload) != recv.count:
+                    raise VerificationError(f"{st.where(s)}: receive {i} from {recv.peer} "
+                                            f"expects {recv.count} elements, the send has "
+                                            f"{len(payload)}")
+                matched.append((i, recv, payload))
+            concurrent = sum(bool(recv.on_arrival) for recv in step.recvs) > 1
+            for i, recv, payload in reversed(matched):
+                at = 0
+                for region in recv.regions:
+                    st.write(region, payload[at:at + region.count], s, f"receive {i}")
+                    at += region.count
+                for op in recv.on_arrival:
+                    what = f"arrival op of receive {i} from {recv.peer}"
+                    reads, dst = _op_regions(op)
+                    if len(step.recvs) > 1:
+                        for r in (*reads, dst):
+                            st.not_receiving(r, s, what, allowed=i)
+                    if step.sends:
+                        st.not_sending(dst, s, what)
+                    if concurrent:
+                        _check_arrival_op(st, op, i, s, what)
+                    _apply(st, op, s, what)
+        for (src, dst), left in outbox.items():
+            if left:
+                raise VerificationError(f"rank {src}, step {s}: {len(left)} send(s) to {dst} "
+                                        "are never received in this step")
+        report.rounds += active
+    report.max_sent = max(report.sent, default=0)
+    return ([np.array(st.data[RECV], np.int64) for st in ranks],
+            [np.frombuffer(bytes(st.written[RECV]), bool) for st in ranks], report)
+
+
+# ---------------------------------------------------------------- the collectives' definitions
+
+def random_calls(collective: str, p: int, rng: random.Random, *, counts: tuple[int, int] = (0, 4),
+                 uniform: bool = False, in_place: bool = False, topology=None,
+                 options: tuple = ()) -> list[Call]:
+    """One :class:`Call` per rank for a random instance, block counts drawn from the range
+    ``counts`` (zeros included by default)."""
+    def count() -> int:
+        return rng.randint(*counts)
+
+    kw = dict(in_place=in_place, topology=topology, options=options)
+    if uniform or collective == "alltoall":
+        n = count()
+        return [uniform_call(collective, p, r, n, **kw) for r in range(p)]
+    if collective == "allreduce":
+        n = rng.randint(counts[0] * p, counts[1] * p + p)
+        return [Call(collective, p, r, (n,), **kw) for r in range(p)]
+    if collective in ("allgather", "reduce_scatter"):
+        counts = tuple(count() for _ in range(p))
+        return [Call(collective, p, r, counts, **kw) for r in range(p)]
+    matrix = [[count() for _ in range(p)] for _ in range(p)]
+
+    def displs(counts: list[int]) -> tuple[int, ...]:
+        order = list(range(p))
+        rng.shuffle(order)          # blocks in any order, with gaps between them
+        out, at = [0] * p, 0
+        for j in order:
+            at += rng.randint(0, 1)
+            out[j] = at
+            at += counts[j]
+        return tuple(out)
+
+    calls = []
+    for r in range(p):
+        recvcounts = [matrix[i][r] for i in range(p)]
+        calls.append(Call(collective, p, r, tuple(matrix[r]), tuple(recvcounts),
+                          displs(matrix[r]), displs(recvcounts), **kw))
+    return calls
+
+
+def random_inputs(calls: list[Call], rng: np.random.Generator) -> list[np.ndarray]:
+    """Each rank's input (its send buffer, or what IN_PLACE takes from the receive buffer)."""
+    def size(call: Call) -> int:
+        if call.collective == "allgather":
+            return call.counts[call.rank]
+        return buffer_sizes(replace(call, in_place=False))[0]
+    return [rng.integers(-1000, 1000, size(c)) for c in calls]
+
+
+def expected_outputs(calls: list[Call], inputs: list[np.ndarray]
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per rank: (expected receive buffer, mask of the elements the collective defines)."""
+    out = []
+    for call in calls:
+        r, coll = call.rank, call.collective
+        recv_n = buffer_sizes(call)[1]
+        want, defined = np.zeros(recv_n, np.int64), np.zeros(recv_n, bool)
+        if coll == "allgather":
+            want[:] = np.concatenate(inputs) if inputs else want
+        elif coll == "allreduce":
+            want[:] = sum(inputs)
+        elif coll == "reduce_scatter":
+            start = offsets(call.counts)[r]
+            want[:] = sum(x[start:start + call.counts[r]] for x in inputs)
+        else:
+            for i, other in enumerate(calls):
+                n, d, sd = call.recvcounts[i], call.rdispls[i], other.sdispls[r]
+                want[d:d + n] = inputs[i][sd:sd + n]
+                defined[d:d + n] = True
+        if coll != "alltoallv":
+            defined[:] = True
+        out.append((want, defined))
+    return out
+
+
+def check_calls(algorithm: registry.Algorithm, calls: list[Call],
+                rng: np.random.Generator) -> Report:
+    """Plan, simulate and compare one instance; raise VerificationError on any problem."""
+    programs = [algorithm.planner(c) for c in calls]
+    inputs = random_inputs(calls, rng)
+    results, written, report = simulate(calls, programs, inputs)
+    for call, got, wrote, (want, defined) in zip(calls, results, written,
+                                                 expected_outputs(calls, inputs)):
+        where = f"{algorithm.collective}/{algorithm.name}, p={call.p}, rank {call.rank}"
+        bad = np.flatnonzero(defined & ((got != want) | ~wrote))
+        if len(bad):
+            raise VerificationError(f"{where}: wrong result at recv elements {bad[:8].tolist()}"
+                                    f" (got {got[bad[:4]].tolist()}, want {want[bad[:4]].tolist()})"
+                                    f"; counts {call.counts}")
+        stray = np.flatnonzero(~defined & wrote)
+        if len(stray):
+            raise VerificationError(f"{where}: writes recv elements {stray[:8].tolist()} "
+                                    "outside the collective's output")
+    return report
+
+
+def check_algorithm(collective: str, name: str, p: int, *, seed: int = 0, cases: int = 1,
+                    counts: tuple[int, int] = (0, 4), uneven: bool = True,
+                    topology=None) -> list[Report]:
+    """Verify ``name`` for ``collective`` at ``p`` ranks on ``cases`` random instances per
+    variant: uniform counts, uneven counts with zeros (``uneven``), and IN_PLACE where the
+    collective has it.  Instances the algorithm's constraints exclude are skipped."""
+    algorithm = registry.get(collective, name)
+    rng = random.Random(f"{seed}/{collective}/{name}/{p}")
+    data_rng = np.random.default_rng(rng.getrandbits(32))
+    variants = [dict(uniform=True)] + ([dict()] if uneven else [])
+    if collective in IN_PLACE_COLLECTIVES:
+        variants += [dict(v, in_place=True) for v in variants]
+    reports = []
+    for variant in variants:
+        for _ in range(cases):
+            calls = random_calls(collective, p, rng, counts=counts, topology=topology, **variant)
+            if algorithm.violated(calls[0]) is None:
+                reports.append(check_calls(algorithm, calls, data_rng))
+    return reports
+
+
+def sweep_sizes(max_ranks: int = 33, max_power_of_two: int = 256) -> list[int]:
+    """Rank counts of the standard sweep: 1..max_ranks, then powers of two up to the limit."""
+    powers = [1 << e for e in range(max_ranks.bit_length(), max_power_of_two.bit_length())]
+    return list(range(1, max_ranks + 1)) + [q for q in powers if q > max_ranks]
+
+
+def check_sweep(collective: str, name: str, max_ranks: int = 33,
+                max_power_of_two: int = 256, seed: int = 0) -> int:
+    """The standard verification of one algorithm: every p up to ``max_ranks`` with uneven
+    counts and zeros, then powers of two up to ``max_power_of_two`` with one element per
+    block (the data moved grows like p^3 there).  Returns the number of instances checked."""
+    checked = 0
+    for p in sweep_sizes(max_ranks, max_power_of_two):
+        small = p <= max_ranks
+        checked += len(check_algorithm(collective, name, p, seed=seed,
+                                       counts=(0, 4) if small else (1, 1), uneven=small))
+    return checked
