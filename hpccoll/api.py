@@ -105,12 +105,18 @@ def _counts(counts: Any, p: int, name: str) -> tuple[int, ...]:
 
 
 def _vector(spec: Any, p: int, name: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
-    """``[array, counts]`` or ``[array, counts, displs]`` as mpi4py's v-collectives take."""
+    """``[array, counts]``, ``[array, counts, displs]`` or mpi4py's ``[array, (counts, displs)]``
+    (elements; displs default to the counts laid end to end)."""
     if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3):
-        raise TypeError(f"{name} must be [array, counts] or [array, counts, displs]")
-    counts = _counts(spec[1], p, f"{name} counts")
-    displs = _counts(spec[2], p, f"{name} displs") if len(spec) == 3 else offsets(counts)
-    return spec[0], counts, displs
+        raise TypeError(f"{name} must be [array, counts], [array, counts, displs] or "
+                        "[array, (counts, displs)]")
+    array, counts, displs = spec[0], spec[1], spec[2] if len(spec) == 3 else None
+    if displs is None and isinstance(counts, tuple) and len(counts) == 2 and \
+            not isinstance(counts[0], (int, np.integer)):
+        counts, displs = counts
+    counts = _counts(counts, p, f"{name} counts")
+    displs = offsets(counts) if displs is None else _counts(displs, p, f"{name} displs")
+    return array, counts, displs
 
 
 def _options(options: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:

@@ -82,6 +82,13 @@ class _Rank:
                 if any(r.count != dst.count for r in reads):
                     raise VerificationError(f"{self.where(s)}: {what} {op} has regions of "
                                             "unequal sizes")
+                if dst.buffer == SEND:
+                    raise VerificationError(f"{self.where(s)}: {what} writes the send buffer "
+                                            f"{dst}")
+            for i, recv in enumerate(step.recvs):
+                if any(r.buffer == SEND for r in recv.regions):
+                    raise VerificationError(f"{self.where(s)}: receive {i} from {recv.peer} "
+                                            "writes the send buffer")
 
     def _inside(self, region: Region, step: int, what: str) -> None:
         if region.buffer not in self.data:
@@ -99,9 +106,7 @@ class _Rank:
             raise VerificationError(f"{self.where(step)}: {what} reads unwritten data in {region}")
         return self.data[region.buffer][region.offset:region.stop]
 
-    def write(self, region: Region, values: list[int], step: int, what: str) -> None:
-        if region.buffer == SEND:
-            raise VerificationError(f"{self.where(step)}: {what} writes the send buffer {region}")
+    def write(self, region: Region, values: list[int]) -> None:
         self.data[region.buffer][region.offset:region.stop] = values
         self.written[region.buffer][region.offset:region.stop] = b"\x01" * region.count
 
@@ -127,10 +132,10 @@ _SPAN = 1 << 32
 
 def _apply(state: _Rank, op: Copy | Reduce, step: int, what: str) -> None:
     if isinstance(op, Copy):
-        state.write(op.dst, state.read(op.src, step, what), step, what)
+        state.write(op.dst, state.read(op.src, step, what))
         return
     values = [state.read(s, step, what) for s in op.srcs]
-    state.write(op.dst, [sum(t) for t in zip(*values)], step, what)
+    state.write(op.dst, [sum(t) for t in zip(*values)])
 
 
 def _op_regions(op: Copy | Reduce) -> tuple[tuple[Region, ...], Region]:
@@ -227,7 +232,7 @@ def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray
             for i, recv, payload in reversed(matched):
                 at = 0
                 for region in recv.regions:
-                    st.write(region, payload[at:at + region.count], s, f"receive {i}")
+                    st.write(region, payload[at:at + region.count])
                     at += region.count
                 for op in recv.on_arrival:
                     what = f"arrival op of receive {i} from {recv.peer}"

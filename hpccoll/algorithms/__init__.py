@@ -5,3 +5,7 @@ One module per family (DESIGN.md): each module's planners are pure functions
 """
 
 from . import direct, ring  # noqa: F401
+from . import pairwise  # noqa: F401
+from . import hypercube  # noqa: F401
+from . import bruck  # noqa: F401
+from . import mesh  # noqa: F401

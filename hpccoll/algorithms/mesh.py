@@ -1,0 +1,95 @@
+"""2-D mesh all-to-all: rows, then columns, with local regrouping in between (seed 003).
+
+The p ranks form an r x c grid, rank = row * c + col.  Phase 1 is an all-to-all inside each
+row: the message to the rank in column j carries, grouped by destination row, the r blocks
+bound for column j.  Phase 2 is an all-to-all inside each column: the message to row i carries
+the blocks for rank (i, my col) from every rank of my row.  Cost notation as in
+:mod:`hpccoll.algorithms.ring` (n the bytes sent to one peer).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+from ..registry import Constraint, register
+from ..schedule import RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Region, Send, Step
+
+
+def _valid_rows(p: int, rows: Any) -> bool:
+    if rows is None:
+        return True
+    if isinstance(rows, bool):
+        return False
+    try:
+        rows = operator.index(rows)
+    except TypeError:
+        return False
+    return rows >= 1 and p % rows == 0
+
+
+VALID_ROWS = Constraint("option rows divides p", lambda c: _valid_rows(c.p, c.option("rows")))
+
+
+def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
+    """(r, c) with r c = p: ``rows`` if given (ValueError unless it divides p), otherwise
+    the factorisation closest to square with r <= c (1 x p for prime p)."""
+    if not _valid_rows(p, rows):
+        raise ValueError(f"mesh option rows={rows!r} must be a positive integer dividing p={p}")
+    if rows is None:
+        rows = next(r for r in range(math.isqrt(p), 0, -1) if p % r == 0)
+    rows = operator.index(rows)
+    return rows, p // rows
+
+
+def _line_peers(size: int, me: int) -> list[tuple[int, int]]:
+    """(send-to, receive-from) positions along a row or column, posted in this order
+    (me+i, me-i) as the direct algorithms do, so not everyone sends to the same peer first."""
+    return [((me + i) % size, (me - i) % size) for i in range(1, size)]
+
+
+@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,))
+def plan_mesh_alltoall(call: Call) -> Program:
+    """2-D mesh all-to-all: a direct all-to-all inside the row (r blocks per message, grouped
+    by destination row), then inside the column (c blocks per message).
+
+    Grid r x c = p, option ``rows`` (must divide p) or the squarest factorisation, r <= c.
+    Rounds 2 (c-1, then r-1 concurrent messages; 1 for prime p, where it is direct); bytes
+    sent per rank n((c-1) r + (r-1) c) = n(2p - r - c); time about 2 alpha + n(2p - r - c)
+    beta on one port, plus the regrouping: phase 1's strided send blocks are packed and its
+    arrivals scattered by the executor, which also parks the blocks that go on in phase 2 so
+    phase 2 sends and receives contiguous runs.  Scratch (r-1) c n.
+    """
+    p, rank, n = call.p, call.rank, call.counts[0]
+    r, c = grid_shape(p, call.option("rows"))
+    row, col = divmod(rank, c)
+    if n == 0:
+        return Program(())
+
+    def send(i: int, j: int) -> Region:          # my block for rank (i, j)
+        return Region(SEND, (i * c + j) * n, n)
+
+    def park(i: int, j: int) -> Region:          # block of (row, j) for (i, col), i != row
+        return Region(SCRATCH, ((i - (i > row)) * c + j) * n, n)
+
+    def recv_row(i: int) -> Region:              # the blocks from row i, in column order
+        return Region(RECV, i * c * n, c * n)
+
+    def into(i: int, j: int) -> Region:          # phase 1 arrival from (row, j) bound for (i, col)
+        return Region(RECV, (row * c + j) * n, n) if i == row else park(i, j)
+
+    own = Region(RECV, rank * n, n)
+    phase1 = Step(
+        sends=tuple(Send(row * c + to, tuple(send(i, to) for i in range(r)))
+                    for to, _ in _line_peers(c, col)),
+        recvs=tuple(Recv(row * c + frm, tuple(into(i, frm) for i in range(r)))
+                    for _, frm in _line_peers(c, col)),
+        local=(Copy(send(row, col), own),) + tuple(Copy(send(i, col), park(i, col))
+                                                   for i in range(r) if i != row))
+    phase2 = Step(
+        sends=tuple(Send(to * c + col, (Region(SCRATCH, (to - (to > row)) * c * n, c * n),))
+                    for to, _ in _line_peers(r, row)),
+        recvs=tuple(Recv(frm * c + col, (recv_row(frm),)) for _, frm in _line_peers(r, row)))
+    steps = (phase1, phase2) if r > 1 else (phase1,)
+    return Program(steps, scratch=(r - 1) * c * n)

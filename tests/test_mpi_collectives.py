@@ -1,0 +1,210 @@
+"""Every registered algorithm against the native MPI collective, under real MPI.
+
+Each test function is one ``mpiexec`` launch per rank count and loops over algorithms,
+dtypes, ops, sizes (0 and odd ones included), uneven counts and IN_PLACE.  Inputs are small
+integers, so every reduction order gives the exact result and outputs must be equal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpi_cases import DTYPES, data, ops_for
+
+RANKS = [1, 2, 3, 4]
+SIZES = [0, 1, 7, 1000]
+OP_DTYPES = ["float16", "float32", "float64", "int32", "uint8", "complex128"]
+
+
+def algorithms_for(collective: str, comm) -> list[str]:
+    from hpccoll import registry
+    from hpccoll.schedule import uniform_call
+    call = uniform_call(collective, comm.size, comm.rank, 1)
+    return [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
+
+
+def cases(dtypes=DTYPES, with_ops=False):
+    for dtype in dtypes:
+        for op in (ops_for(dtype) if with_ops and dtype in OP_DTYPES else ["sum"]):
+            for n in SIZES:
+                yield dtype, op, n
+
+
+def mpi_op(name):
+    from mpi4py import MPI
+    return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
+
+
+def check(got, want, what):
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want), f"{what}: got {got[:8]}, want {want[:8]}"
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_allgather_matches_native(mpi_ranks, comm):
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    for name in algorithms_for("allgather", comm) + ["native"]:
+        for dtype, _, n in cases():
+            send = data(r, n, dtype)
+            want = np.zeros(n * p, dtype)
+            comm.Allgather(send, want)
+            got = np.zeros(n * p, dtype)
+            hpccoll.allgather(comm, send, got, algorithm=name)
+            check(got, want, f"{name} {dtype} n={n}")
+            inplace = np.zeros(n * p, dtype)
+            inplace[r * n:(r + 1) * n] = send
+            hpccoll.allgather(comm, MPI.IN_PLACE, inplace, algorithm=name)
+            check(inplace, want, f"{name} IN_PLACE {dtype} n={n}")
+        # uneven blocks (allgatherv), zeros included
+        counts = [(3 * i + 1) % 4 for i in range(p)]
+        send = data(r, counts[r], "int64")
+        want = np.zeros(sum(counts), "int64")
+        comm.Allgatherv(send, [want, counts])
+        got = np.zeros_like(want)
+        hpccoll.allgather(comm, send, got, recvcounts=counts, algorithm=name)
+        check(got, want, f"{name} uneven {counts}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_reduce_scatter_matches_native(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for name in algorithms_for("reduce_scatter", comm) + ["native"]:
+        for dtype, op, n in cases(with_ops=True):
+            send = data(r, n * p, dtype, op)
+            want = np.zeros(n, dtype)
+            comm.Reduce_scatter_block(send, want, op=mpi_op(op))
+            got = np.zeros(n, dtype)
+            hpccoll.reduce_scatter(comm, send, got, op=op, algorithm=name)
+            check(got, want, f"{name} {dtype} {op} n={n}")
+        counts = [(2 * i + 3) % 5 for i in range(p)]
+        send = data(r, sum(counts), "float64")
+        want = np.zeros(counts[r])
+        comm.Reduce_scatter(send, want, counts)
+        got = np.zeros(counts[r])
+        hpccoll.reduce_scatter(comm, send, got, recvcounts=counts, algorithm=name,
+                               options={"segment_bytes": 16})
+        check(got, want, f"{name} uneven {counts}, 2-element segments")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_allreduce_matches_native(mpi_ranks, comm):
+    import hpccoll
+    from mpi4py import MPI
+    r = comm.rank
+    for name in algorithms_for("allreduce", comm) + ["native"]:
+        for dtype, op, n in cases(with_ops=True):
+            send = data(r, n, dtype, op)
+            want = np.zeros(n, dtype)
+            comm.Allreduce(send, want, op=mpi_op(op))
+            got = np.zeros(n, dtype)
+            hpccoll.allreduce(comm, send, got, op=op, algorithm=name)
+            check(got, want, f"{name} {dtype} {op} n={n}")
+            inplace = send.copy()
+            hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op(op), algorithm=name)
+            check(inplace, want, f"{name} IN_PLACE {dtype} {op} n={n}")
+        send = data(r, 5000, "float32")
+        want = np.zeros_like(send)
+        comm.Allreduce(send, want)
+        got = np.zeros_like(send)
+        hpccoll.allreduce(comm, send, got, algorithm=name, options={"segment_bytes": 1024})
+        check(got, want, f"{name} segmented")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_alltoall_matches_native(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for name in algorithms_for("alltoall", comm) + ["native"]:
+        for dtype, _, n in cases():
+            send = data(r, n * p, dtype)
+            want = np.zeros(n * p, dtype)
+            comm.Alltoall(send, want)
+            got = np.zeros(n * p, dtype)
+            hpccoll.alltoall(comm, send, got, algorithm=name)
+            check(got, want, f"{name} {dtype} n={n}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_alltoallv_matches_native(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    matrix = np.array([[(3 * i + 5 * j) % 4 for j in range(p)] for i in range(p)])
+    sendcounts, recvcounts = matrix[r].tolist(), matrix[:, r].tolist()
+    # gaps and a reversed block order on the receive side
+    sdispls = np.cumsum([0] + [c + 1 for c in sendcounts[:-1]]).tolist()
+    rdispls, at = [0] * p, 0
+    for j in reversed(range(p)):
+        rdispls[j] = at
+        at += recvcounts[j] + 2
+    for name in algorithms_for("alltoallv", comm) + ["native"]:
+        for dtype in DTYPES:
+            send = data(r, sdispls[-1] + sendcounts[-1], dtype)
+            want = np.full(at, 99, dtype)
+            comm.Alltoallv([send, (sendcounts, sdispls)], [want, (recvcounts, rdispls)])
+            got = np.full(at, 99, dtype)
+            hpccoll.alltoallv(comm, [send, sendcounts, sdispls], [got, (recvcounts, rdispls)],
+                              algorithm=name)
+            check(got, want, f"{name} {dtype}")
+
+
+@pytest.mark.mpi(ranks=[2, 4], timeout=120)
+def test_nonblocking_and_persistent_forms(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    send = data(r, 300, "float64")
+    want = np.zeros(300 * p)
+    comm.Allgather(send, want)
+    for name in algorithms_for("allgather", comm) + ["native"]:
+        got = np.zeros(300 * p)
+        request = hpccoll.iallgather(comm, send, got, algorithm=name)
+        while not request.test():
+            pass
+        check(got, want, f"iallgather {name}")
+        # two non-blocking collectives in flight at once on the same communicator
+        got2, total, want_total = np.zeros(300 * p), np.zeros(300), np.zeros(300)
+        comm.Allreduce(send, want_total)
+        first = hpccoll.iallgather(comm, send, got2, algorithm=name)
+        second = hpccoll.iallreduce(comm, send, total, algorithm="ring")
+        second.wait()
+        first.wait()
+        check(got2, want, f"overlapped iallgather {name}")
+        check(total, want_total, "overlapped iallreduce")
+        persistent = hpccoll.allreduce_init(comm, send, total, algorithm=name
+                                            if name in algorithms_for("allreduce", comm) + ["native"]
+                                            else "ring")
+        for _ in range(3):
+            total[:] = 0
+            persistent.start()
+            persistent.wait()
+            check(total, want_total, f"persistent allreduce {name}")
+        persistent.free()
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+def test_repeated_calls_reuse_and_release_bindings(mpi_ranks, comm):
+    """The persistent-request cache must follow the buffers: new arrays at the same sizes,
+    arrays freed and reallocated, and views of one array all give right results."""
+    import gc
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for round_ in range(6):
+        send = data(r, 50, "int32", salt=round_)
+        want = np.zeros(50 * p, "int32")
+        comm.Allgather(send, want)
+        got = np.zeros(50 * p, "int32")
+        hpccoll.allgather(comm, send, got, algorithm="ring")
+        check(got, want, f"round {round_}")
+        del send, got
+        gc.collect()
+    big = np.zeros(100 * p, "int32")
+    for offset in (0, 10):
+        send = data(r, 40, "int32", salt=offset)
+        want = np.zeros(40 * p, "int32")
+        comm.Allgather(send, want)
+        view = big[offset:offset + 40 * p]
+        hpccoll.allgather(comm, send, view, algorithm="direct")
+        check(view, want, f"view at {offset}")

@@ -1,0 +1,130 @@
+"""Bad input raises the same clear error on every rank before any message; a stuck
+collective raises after its deadline; check mode catches arguments that differ by rank."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+
+def bad_calls(comm):
+    """(description, exception, message pattern, call, a receive buffer that must stay
+    untouched) for input that is bad on every rank."""
+    import hpccoll
+    from mpi4py import MPI
+    p = comm.size
+    f32 = np.zeros(4, np.float32)
+    out = np.zeros(4 * p, np.float32)
+    readonly = np.zeros(4 * p, np.float32)
+    readonly.setflags(write=False)
+    strided = np.zeros(8 * p, np.float32)[::2]
+    cases = [
+        ("not an array", TypeError, "sendbuf must be a NumPy or CuPy array",
+         lambda: hpccoll.allgather(comm, [1.0, 2.0], out)),
+        ("recv not an array", TypeError, "recvbuf must be a NumPy or CuPy array",
+         lambda: hpccoll.allreduce(comm, f32, "x")),
+        ("dtype mismatch", TypeError, "dtype float64 differs from recvbuf dtype float32",
+         lambda: hpccoll.allgather(comm, np.zeros(4), out)),
+        ("unsupported dtype", TypeError, "dtype bool, which is not supported",
+         lambda: hpccoll.allreduce(comm, np.zeros(4, bool), np.zeros(4, bool))),
+        ("size mismatch", ValueError, "needs recvbuf .* elements, got",
+         lambda: hpccoll.allgather(comm, f32, np.zeros(4 * p + 1, np.float32))),
+        ("alltoall size", ValueError, "equal size divisible by",
+         lambda: hpccoll.alltoall(comm, np.zeros(4 * p, np.float32), out[:4 * p - 1])),
+        ("non-contiguous", ValueError, "must be C-contiguous",
+         lambda: hpccoll.allgather(comm, f32, strided)),
+        ("read-only recvbuf", ValueError, "recvbuf is read-only",
+         lambda: hpccoll.allgather(comm, f32, readonly)),
+        ("overlap", ValueError, "overlap",
+         lambda: hpccoll.allreduce(comm, out, out)),
+        ("unknown algorithm", ValueError, "unknown algorithm 'bogus' for allgather; known:",
+         lambda: hpccoll.allgather(comm, f32, out, algorithm="bogus")),
+        ("unknown op", ValueError, "unsupported reduction op",
+         lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32), op=MPI.LAND)),
+        ("max on complex", ValueError, "op max is not defined for complex",
+         lambda: hpccoll.allreduce(comm, np.zeros(4, complex), np.zeros(4, complex), op="max")),
+        ("IN_PLACE alltoall", NotImplementedError, "IN_PLACE is supported for",
+         lambda: hpccoll.alltoall(comm, MPI.IN_PLACE, out)),
+        ("recvcounts length", ValueError, f"recvcounts has {p + 1} entries",
+         lambda: hpccoll.reduce_scatter(comm, out, f32, recvcounts=[4] * (p + 1))),
+        ("negative counts", ValueError, "negative",
+         lambda: hpccoll.alltoallv(comm, [out, [-1] * p], [out, [4] * p])),
+        ("alltoallv out of bounds", ValueError, "reach element",
+         lambda: hpccoll.alltoallv(comm, [f32, [5] * p], [np.zeros(5 * p, np.float32), [5] * p])),
+        ("not a communicator", TypeError, "comm must be an mpi4py intracommunicator",
+         lambda: hpccoll.allgather(None, f32, out)),
+        ("bad options", TypeError, "options must be a mapping",
+         lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32), options=[1])),
+    ]
+    return [case + (out,) for case in cases]
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=120)
+def test_bad_input_raises_everywhere_before_any_message(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for what, error, pattern, call, out in bad_calls(comm):
+        out[:] = np.arange(out.size)
+        with pytest.raises(error, match=pattern) as raised:
+            call()
+        assert raised.type is error, what
+        assert np.array_equal(out, np.arange(out.size)), f"{what}: recvbuf was written"
+    if p in (3, 5, 6, 7):
+        # a constraint that fails: an algorithm that needs a power of two (when one exists)
+        from hpccoll import registry
+        from hpccoll.schedule import uniform_call
+        for algo in registry.algorithms("alltoall"):
+            if algo.violated(uniform_call("alltoall", p, r, 1)):
+                with pytest.raises(ValueError, match="cannot serve alltoall on .* requires"):
+                    hpccoll.alltoall(comm, np.zeros(p), np.zeros(p), algorithm=algo.name)
+    # the communicator is still healthy: a good call after all the bad ones
+    out = np.zeros(3 * p)
+    hpccoll.allgather(comm, np.full(3, float(r)), out, algorithm="ring")
+    assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 3))
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=60)
+def test_stuck_collective_raises_after_deadline(mpi_ranks, comm):
+    """The last rank never joins: every other rank gets CollectiveTimeout naming the step and
+    the silent peer, instead of hanging."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    os.environ["HPCCOLL_TIMEOUT"] = "2"
+    try:
+        # set up the private communicator first: it is collective as well
+        hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
+        if r != p - 1:
+            with pytest.raises(hpccoll.CollectiveTimeout,
+                               match=r"allgather/ring step \d \(of \d\) did not complete within 2 s .*no message from rank"):
+                hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
+    finally:
+        os.environ["HPCCOLL_TIMEOUT"] = "60"
+    comm.Barrier()
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=60)
+def test_check_mode_catches_arguments_that_differ_by_rank(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    os.environ["HPCCOLL_CHECK"] = "1"
+    try:
+        # rank 0 asks for another algorithm than the others
+        with pytest.raises(ValueError, match="HPCCOLL_CHECK: ranks .* called allgather "
+                                             "differently"):
+            hpccoll.allgather(comm, np.zeros(2), np.zeros(2 * p),
+                              algorithm="direct" if r == 0 else "ring")
+        # alltoallv counts that do not match between sender and receiver
+        send_counts = [1] * p
+        recv_counts = [1] * p
+        if r == 0:
+            recv_counts[p - 1] = 2
+        with pytest.raises(ValueError, match="alltoallv counts disagree"):
+            hpccoll.alltoallv(comm, [np.zeros(p), send_counts], [np.zeros(p + 1), recv_counts])
+        # and agreeing calls pass the check
+        out = np.zeros(2 * p)
+        hpccoll.allgather(comm, np.full(2, float(r)), out, algorithm="direct")
+        assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 2))
+    finally:
+        del os.environ["HPCCOLL_CHECK"]
