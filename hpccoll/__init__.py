@@ -11,6 +11,7 @@ from .api import (PersistentRequest, Request, allgather, allgather_init, allredu
                   iallgather, iallreduce, ialltoall, ialltoallv, ireduce_scatter, reduce_scatter,
                   reduce_scatter_init)
 from .executor import CollectiveTimeout
+from .settings import configure
 from .verify import VerificationError
 
 __version__ = "0.1.0"
@@ -19,4 +20,4 @@ __all__ = ["allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
            "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
            "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
            "allreduce_init", "Request", "PersistentRequest", "CollectiveTimeout",
-           "VerificationError"]
+           "VerificationError", "configure"]

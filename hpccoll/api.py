@@ -10,7 +10,6 @@ algorithm constraints, NotImplementedError for unsupported combinations.
 
 from __future__ import annotations
 
-import os
 import time
 import zlib
 from collections import OrderedDict
@@ -20,12 +19,14 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, kernels, registry, tuning
-from .executor import CollectiveTimeout, Operation, Plan, deadline_from, wait_requests
+from . import buffers, kernels, registry, settings, tuning
+from .executor import Operation, Plan, deadline_from, wait_requests
 from .schedule import Call, buffer_sizes, offsets
 from .verify import IN_PLACE_COLLECTIVES
 
 PLANS_PER_COMM = 128
+CALLS_PER_COMM = 256
+BLOCKING_TAGS = (0, 1 << 8)     # blocking calls run one at a time: tags 0..255 by step
 
 
 class Context:
@@ -35,16 +36,23 @@ class Context:
     def __init__(self, comm: MPI.Comm):
         self.comm = comm
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
+        self.calls: OrderedDict[tuple, Prepared] = OrderedDict()
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         self.tag_span = 1 << 16 if tag_ub >= 1 << 20 else 1 << 8
         self.slots = (tag_ub + 1) // self.tag_span
         self.slot = 0
 
-    def next_slot(self) -> int:
-        """A tag slot for a non-blocking or persistent operation (slot 0 is for blocking ones);
-        every rank starts operations in the same order, so every rank draws the same slot."""
+    def next_tags(self) -> tuple[int, int]:
+        """(base, span) tags for a non-blocking or persistent operation: slot 0 is for the
+        blocking calls, the others rotate; every rank starts operations in the same order,
+        so every rank draws the same slot."""
         self.slot = self.slot % (self.slots - 1) + 1
-        return self.slot
+        return self.slot * self.tag_span, self.tag_span
+
+    def remember(self, key: tuple, prepared: "Prepared") -> None:
+        self.calls[key] = prepared
+        while len(self.calls) > CALLS_PER_COMM:
+            self.calls.popitem(last=False)
 
     def plan(self, key: tuple, make: Callable[[], Plan]) -> Plan:
         found = self.plans.get(key)
@@ -60,6 +68,7 @@ class Context:
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()
+        self.calls.clear()
         self.comm.Free()
 
 
@@ -68,6 +77,11 @@ def _delete_context(comm: MPI.Comm, keyval: int, context: Context) -> None:
 
 
 _KEYVAL: int | None = None
+
+
+def existing_context(comm: MPI.Comm) -> Context | None:
+    """The :class:`Context` of ``comm`` if it has one already (no communication)."""
+    return None if _KEYVAL is None else comm.Get_attr(_KEYVAL)
 
 
 def context(comm: MPI.Comm) -> Context:
@@ -127,21 +141,22 @@ def _options(options: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(options.items()))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Args:
-    """A validated call: what every later stage needs."""
+    """A validated call, without its buffers (it is cached and reused for later calls)."""
 
     collective: str
     call: Call
-    send: Any            # flat view, or None when in place
-    recv: Any            # flat view
     dtype: np.dtype
     op: str | None
     nbytes: int          # the call's size in the benchmark convention
 
 
 def _validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: Any = None,
-              op: Any = None, options: Mapping[str, Any] | None = None) -> _Args:
+              op: Any = None, options: Mapping[str, Any] | None = None
+              ) -> tuple[_Args, Any, Any]:
+    """Check a call completely; return it with the send and receive arrays (unwrapped from
+    alltoallv's ``[array, counts, displs]``; send is None when in place)."""
     _check_comm(comm)
     p, rank = comm.Get_size(), comm.Get_rank()
     in_place = sendbuf is MPI.IN_PLACE
@@ -160,9 +175,7 @@ def _validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts:
                             f"{recvbuf.dtype}")
         if buffers.kind(sendbuf) != buffers.kind(recvbuf):
             raise TypeError("sendbuf and recvbuf must both be NumPy or both CuPy arrays")
-        if buffers.overlap(sendbuf, recvbuf):
-            raise ValueError("sendbuf and recvbuf overlap; pass MPI.IN_PLACE as sendbuf to "
-                             "work in place")
+        _check_apart(sendbuf, recvbuf)
     dtype = recvbuf.dtype
     send_n = None if in_place else sendbuf.size
     recv_n = recvbuf.size
@@ -192,16 +205,21 @@ def _validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts:
             if have < want:
                 raise ValueError(f"{name} has {have} elements; its counts and displs reach "
                                  f"element {want}")
-    else:
-        if recv_n != want_recv or (not in_place and send_n != want_send):
-            have = f"recvbuf {recv_n}" + ("" if in_place else f", sendbuf {send_n}")
-            need = f"recvbuf {want_recv}" + ("" if in_place else f", sendbuf {want_send}")
-            raise ValueError(f"{collective} on {p} ranks with counts {list(counts)} needs "
-                             f"{need} elements, got {have}")
+    elif recv_n != want_recv or (not in_place and send_n != want_send):
+        have = f"recvbuf {recv_n}" + ("" if in_place else f", sendbuf {send_n}")
+        need = f"recvbuf {want_recv}" + ("" if in_place else f", sendbuf {want_send}")
+        raise ValueError(f"{collective} on {p} rank(s) with counts {list(counts)} needs "
+                         f"{need} elements, got {have}")
     op_name = buffers.check_op(op, dtype) if collective in ("reduce_scatter", "allreduce") \
         else None
-    return _Args(collective, call, None if in_place else buffers.flat(sendbuf),
-                 buffers.flat(recvbuf), dtype, op_name, message_count(call) * dtype.itemsize)
+    args = _Args(collective, call, dtype, op_name, message_count(call) * dtype.itemsize)
+    return args, None if in_place else sendbuf, recvbuf
+
+
+def _check_apart(sendbuf: Any, recvbuf: Any) -> None:
+    if buffers.overlap(sendbuf, recvbuf):
+        raise ValueError("sendbuf and recvbuf overlap; pass MPI.IN_PLACE as sendbuf to "
+                         "work in place")
 
 
 def message_count(call: Call) -> int:
@@ -250,15 +268,15 @@ class PersistentRequest(Request):
     """A collective planned once and run many times on the same buffers: ``start()`` then
     ``wait()`` (or ``test()``), again and again; ``free()`` releases its MPI requests."""
 
-    def __init__(self, prepared: "_Prepared"):
+    def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
-        self._prepared = prepared
-        self._slot = prepared.ctx.next_slot()
+        self._prepared, self._send, self._recv = prepared, sendbuf, recvbuf
+        self._tags = prepared.ctx.next_tags()
 
     def start(self) -> None:
         if self._operation is not None and not self._operation.done:
             raise RuntimeError("persistent collective started again before it completed")
-        self._operation = self._prepared.start(self._slot, cache=True)
+        self._operation = self._prepared.start(self._send, self._recv, self._tags, cache=True)
 
     def test(self) -> bool:
         return self._operation is None or self._operation.test()
@@ -268,17 +286,18 @@ class PersistentRequest(Request):
             self._operation.wait()
 
     def free(self) -> None:
-        self._prepared.release(self._slot)
+        self._prepared.release(self._tags)
 
 
 class _NativeOperation:
     """The MPI library's own non-blocking collective, with the same test/wait and deadline."""
 
-    def __init__(self, args: _Args, comm: MPI.Comm, on_done: Callable[[], None]):
+    def __init__(self, args: _Args, comm: MPI.Comm, send: Any, recv: Any,
+                 on_done: Callable[[], None]):
         self.on_done = on_done
         self.label = f"{args.collective}/native"
         self.done = False
-        self.request = _start_native(args, comm)
+        self.request = _start_native(args, comm, send, recv)
         self.deadline = deadline_from(time.monotonic())
 
     def test(self) -> bool:
@@ -296,89 +315,76 @@ class _NativeOperation:
             self.on_done()
 
 
-def _start_native(args: _Args, comm: MPI.Comm) -> MPI.Request:
+def _start_native(args: _Args, comm: MPI.Comm, send: Any, recv: Any) -> MPI.Request:
     t = buffers.mpi_datatype(args.dtype)
-    call, recv = args.call, [args.recv, t]
-    send = MPI.IN_PLACE if args.send is None else [args.send, t]
+    call, recv_spec = args.call, [recv, t]
+    send_spec = MPI.IN_PLACE if send is None else [send, t]
     coll = args.collective
     if coll == "allgather":
         counts = call.counts
         if len(set(counts)) == 1:
-            return comm.Iallgather(send, recv)
-        return comm.Iallgatherv(send, [args.recv, counts, offsets(counts), t])
+            return comm.Iallgather(send_spec, recv_spec)
+        return comm.Iallgatherv(send_spec, [recv, counts, offsets(counts), t])
     if coll == "alltoall":
-        return comm.Ialltoall(send, recv)
+        return comm.Ialltoall(send_spec, recv_spec)
     if coll == "alltoallv":
-        return comm.Ialltoallv([args.send, call.counts, call.sdispls, t],
-                               [args.recv, call.recvcounts, call.rdispls, t])
+        return comm.Ialltoallv([send, call.counts, call.sdispls, t],
+                               [recv, call.recvcounts, call.rdispls, t])
     op = buffers.native_op(args.op, args.dtype)
     if coll == "reduce_scatter":
-        return comm.Ireduce_scatter(send, recv, list(call.counts), op=op)
-    return comm.Iallreduce(send, recv, op=op)
+        return comm.Ireduce_scatter(send_spec, recv_spec, list(call.counts), op=op)
+    return comm.Iallreduce(send_spec, recv_spec, op=op)
 
 
-class _Prepared:
-    """A validated call with its algorithm chosen, ready to start (again and again)."""
+class Prepared:
+    """A validated call with its algorithm chosen and planned; ``start`` runs it on buffers
+    of the validated kind, dtype and sizes (cached and reused by later identical calls)."""
 
-    def __init__(self, comm: MPI.Comm, args: _Args, algorithm: str):
-        self.ctx = context(comm)
+    def __init__(self, ctx: Context, args: _Args, algorithm: str, array_kind: str):
+        self.ctx = ctx
         self.args = args
         self.algorithm = algorithm
-        self.staged = buffers.kind(args.recv) == "cupy" and not buffers.gpu_aware()
-        self.host: tuple[Any, Any] | None = None
+        self.staged = array_kind == "cupy" and not buffers.gpu_aware()
+        self.plan: Plan | None = None
+        self.reduce = None
         if algorithm != registry.NATIVE:
             key = (args.collective, algorithm, args.call, args.dtype)
             planner = registry.get(args.collective, algorithm).planner
             label = f"{args.collective}/{algorithm}"
-            self.plan = self.ctx.plan(key, lambda: Plan(planner(args.call), args.dtype, label))
-            self.reduce = kernels.reducer(args.op, args.dtype) if args.op else None
-            if buffers.kind(args.recv) == "cupy" and not self.staged:
-                import cupy
-                ufunc = getattr(cupy, kernels.UFUNCS[args.op].__name__) if args.op else None
-                self.reduce = (lambda dst, a, b: ufunc(a, b, out=dst)) if ufunc else None
+            self.plan = ctx.plan(key, lambda: Plan(planner(args.call), args.dtype, label))
+            if args.op:
+                self.reduce = kernels.reducer(args.op, args.dtype) if array_kind == "numpy" \
+                    or self.staged else buffers.device_reducer(args.op)
 
-    def _buffers(self) -> tuple[Any, Any]:
-        """The arrays MPI works on: the user's, or host copies when a CuPy call is staged."""
-        send, recv = self.args.send, self.args.recv
-        if not self.staged:
-            return send, recv
-        buffers.synchronize(recv)
-        host_send = None if send is None else buffers.to_host(send)
-        host_recv = buffers.to_host(recv) if send is None else np.empty(recv.shape, recv.dtype)
-        self.host = (host_send, host_recv)
-        return self.host
-
-    def _finished(self) -> None:
-        if self.staged and self.host is not None:
-            self.args.recv.set(self.host[1])
-            self.host = None
-
-    def start(self, slot: int, cache: bool) -> Any:
-        if _checking():
+    def start(self, send: Any, recv: Any, tags: tuple[int, int], cache: bool) -> Any:
+        """Start on ``send``/``recv`` (send None when in place); returns the operation."""
+        if settings.current.check:
             agree(self.ctx.comm, self.args, self.algorithm)
-        send, recv = self._buffers()
-        if self.algorithm == registry.NATIVE:
-            args = self.args if not self.staged else _replace_buffers(self.args, send, recv)
-            return _NativeOperation(args, self.ctx.comm, self._finished)
-        binding = self.plan.binding(self.ctx.comm, send, recv,
-                                    (slot * self.ctx.tag_span, self.ctx.tag_span), cache)
-        return Operation(binding, self.reduce, self._finished).start()
+        on_done = _nothing
+        if self.staged:
+            send, recv, on_done = _stage_on_host(send, recv)
+        if self.plan is None:
+            return _NativeOperation(self.args, self.ctx.comm, send, recv, on_done)
+        binding = self.plan.binding(self.ctx.comm, send, recv, tags, cache)
+        return Operation(binding, self.reduce, on_done).start()
 
-    def release(self, slot: int) -> None:
-        if self.algorithm == registry.NATIVE:
-            return
-        for key, binding in list(self.plan.bindings.items()):
-            if key[2] == (slot * self.ctx.tag_span, self.ctx.tag_span):
-                del self.plan.bindings[key]
-                binding.free()
+    def release(self, tags: tuple[int, int]) -> None:
+        """Free the persistent requests made for tag range ``tags``."""
+        if self.plan is not None:
+            self.plan.release(tags)
 
 
-def _replace_buffers(args: _Args, send: Any, recv: Any) -> _Args:
-    return _Args(args.collective, args.call, send, recv, args.dtype, args.op, args.nbytes)
+def _nothing() -> None:
+    pass
 
 
-def _checking() -> bool:
-    return os.environ.get("HPCCOLL_CHECK", "").strip() not in ("", "0")
+def _stage_on_host(send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
+    """Host copies of CuPy buffers for an MPI that cannot read device memory, and the
+    callback that copies the result back."""
+    buffers.synchronize(recv)
+    host_send = None if send is None else buffers.to_host(send)
+    host_recv = buffers.to_host(recv)
+    return host_send, host_recv, lambda: recv.set(host_recv)
 
 
 def agree(comm: MPI.Comm, args: _Args, algorithm: str) -> None:
@@ -391,12 +397,10 @@ def agree(comm: MPI.Comm, args: _Args, algorithm: str) -> None:
               call.options)
     mine = np.array([zlib.crc32(repr(shared).encode())], np.int64)
     if args.collective == "alltoallv":
-        p = call.p
-        theirs = np.zeros(p, np.int64)
+        theirs = np.zeros(call.p, np.int64)
         wait_requests([comm.Ialltoall(np.array(call.counts, np.int64), theirs)],
                       "HPCCOLL_CHECK count exchange")
-        bad = np.flatnonzero(theirs != np.array(call.recvcounts))
-        mine = np.append(mine, len(bad))
+        mine = np.append(mine, np.count_nonzero(theirs != np.array(call.recvcounts)))
     everyone = np.zeros((call.p, len(mine)), np.int64)
     wait_requests([comm.Iallgather(mine, everyone)], "HPCCOLL_CHECK agreement")
     differ = np.flatnonzero(everyone[:, 0] != everyone[0, 0]).tolist()
@@ -411,20 +415,64 @@ def agree(comm: MPI.Comm, args: _Args, algorithm: str) -> None:
                              "recvcounts that their peers' sendcounts do not match")
 
 
+def _signature(collective: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
+               algorithm: Any, options: Any) -> tuple | None:
+    """Everything validation depends on, cheaply read, as a cache key; None when the call
+    is not cacheable (alltoallv, or arguments that are not even arrays)."""
+    if collective == "alltoallv":
+        return None
+    try:
+        flags = recvbuf.flags
+        recv = (type(recvbuf), recvbuf.dtype, recvbuf.size, flags.c_contiguous, flags.writeable)
+        send = None if sendbuf is MPI.IN_PLACE else \
+            (type(sendbuf), sendbuf.dtype, sendbuf.size, sendbuf.flags.c_contiguous)
+        return (collective, algorithm, send, recv, None if counts is None else tuple(counts),
+                op if isinstance(op, str) or op is None else buffers.op_name(op),
+                None if options is None else tuple(sorted(options.items())))
+    except (AttributeError, TypeError):
+        return None
+
+
 def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: Any = None,
-            op: Any = None, algorithm: str = "auto",
-            options: Mapping[str, Any] | None = None) -> _Prepared:
-    """Validate a call and plan it (every check happens here, before any message)."""
-    args = _validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op, options=options)
-    return _Prepared(comm, args, resolve(args, algorithm))
+            op: Any = None, algorithm: str = "auto", options: Mapping[str, Any] | None = None
+            ) -> tuple[Prepared, Any, Any]:
+    """Validate and plan a call (every check happens here, before any message); return the
+    prepared call with the send (None when in place) and receive arrays.  An identical call
+    on the same communicator is served from a cache after a cheap signature check."""
+    ctx = existing_context(comm) if isinstance(comm, MPI.Comm) else None
+    key = _signature(collective, sendbuf, recvbuf, counts, op, algorithm, options) \
+        if ctx is not None else None
+    if key is not None:
+        found = ctx.calls.get(key)
+        if found is not None:
+            if sendbuf is MPI.IN_PLACE:
+                return found, None, recvbuf
+            _check_apart(sendbuf, recvbuf)
+            return found, sendbuf, recvbuf
+    args, send, recv = _validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
+                                 options=options)
+    algorithm = resolve(args, algorithm)
+    ctx = context(comm)
+    prepared = Prepared(ctx, args, algorithm, buffers.kind(recv))
+    if key is not None:
+        ctx.remember(key, prepared)
+    return prepared, send, recv
 
 
-def _run(prepared: _Prepared) -> None:
-    prepared.start(0, cache=True).wait()
+def _run(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+    prepared.start(send, recv, BLOCKING_TAGS, cache=True).wait()
 
 
-def _start(prepared: _Prepared) -> Request:
-    return Request(prepared.start(prepared.ctx.next_slot(), cache=False))
+def _start(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> Request:
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+    return Request(prepared.start(send, recv, prepared.ctx.next_tags(), cache=False))
+
+
+def _init(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
+          ) -> PersistentRequest:
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+    return PersistentRequest(prepared, send, recv)
 
 
 # ------------------------------------------------------------------------- the collectives
@@ -434,21 +482,22 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: An
     """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
     (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
     own block from its place in ``recvbuf``)."""
-    _run(prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
-                 options=options))
+    _run("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
+         options=options)
 
 
 def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
              options: Mapping[str, Any] | None = None) -> None:
     """Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."""
-    _run(prepare("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options))
+    _run("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def alltoallv(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
               options: Mapping[str, Any] | None = None) -> None:
     """All-to-all with per-peer counts: ``sendbuf = [array, sendcounts(, sdispls)]``,
-    ``recvbuf = [array, recvcounts(, rdispls)]`` in elements, as mpi4py's ``Alltoallv``."""
-    _run(prepare("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options))
+    ``recvbuf = [array, recvcounts(, rdispls)]`` in elements (or mpi4py's
+    ``[array, (counts, displs)]``)."""
+    _run("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: Any = None,
@@ -456,84 +505,76 @@ def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcount
                    options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
     blocks of ``recvbuf.size``, or ``recvcounts``)."""
-    _run(prepare("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-                 algorithm=algorithm, options=options))
+    _run("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
+         algorithm=algorithm, options=options)
 
 
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM,
               algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
     (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
-    _run(prepare("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
-                 options=options))
+    _run("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm, options=options)
 
 
-def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto", options=None) -> Request:
+def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
+               options=None) -> Request:
     """Non-blocking :func:`allgather`."""
-    return _start(prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
-                          algorithm=algorithm, options=options))
+    return _start("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
+                  options=options)
 
 
 def ialltoall(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
     """Non-blocking :func:`alltoall`."""
-    return _start(prepare("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm,
-                          options=options))
+    return _start("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def ialltoallv(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
     """Non-blocking :func:`alltoallv`."""
-    return _start(prepare("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm,
-                          options=options))
+    return _start("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def ireduce_scatter(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM, algorithm="auto",
                     options=None) -> Request:
     """Non-blocking :func:`reduce_scatter`."""
-    return _start(prepare("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-                          algorithm=algorithm, options=options))
+    return _start("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
+                  algorithm=algorithm, options=options)
 
 
-def iallreduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto", options=None) -> Request:
+def iallreduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
+               options=None) -> Request:
     """Non-blocking :func:`allreduce`."""
-    return _start(prepare("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
-                          options=options))
+    return _start("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
+                  options=options)
 
 
 def allgather_init(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
                    options=None) -> PersistentRequest:
     """Persistent :func:`allgather`: plan once, ``start()``/``wait()`` many times."""
-    return PersistentRequest(prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
-                                     algorithm=algorithm, options=options))
+    return _init("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
+                 options=options)
 
 
-def alltoall_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> PersistentRequest:
+def alltoall_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
+                  ) -> PersistentRequest:
     """Persistent :func:`alltoall`."""
-    return PersistentRequest(prepare("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm,
-                                     options=options))
+    return _init("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
-def alltoallv_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> PersistentRequest:
+def alltoallv_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
+                   ) -> PersistentRequest:
     """Persistent :func:`alltoallv`."""
-    return PersistentRequest(prepare("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm,
-                                     options=options))
+    return _init("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def reduce_scatter_init(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM,
                         algorithm="auto", options=None) -> PersistentRequest:
     """Persistent :func:`reduce_scatter`."""
-    return PersistentRequest(prepare("reduce_scatter", comm, sendbuf, recvbuf,
-                                     counts=recvcounts, op=op, algorithm=algorithm,
-                                     options=options))
+    return _init("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
+                 algorithm=algorithm, options=options)
 
 
 def allreduce_init(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
                    options=None) -> PersistentRequest:
     """Persistent :func:`allreduce`."""
-    return PersistentRequest(prepare("allreduce", comm, sendbuf, recvbuf, op=op,
-                                     algorithm=algorithm, options=options))
-
-
-__all__ = ["allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
-           "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
-           "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
-           "allreduce_init", "Request", "PersistentRequest", "CollectiveTimeout", "prepare"]
+    return _init("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
+                 options=options)

@@ -58,9 +58,9 @@ def flat(buf: Any) -> Any:
 
 
 def address(buf: Any) -> int:
-    if is_cupy(buf):
-        return buf.data.ptr
-    return buf.__array_interface__["data"][0]
+    if isinstance(buf, np.ndarray):
+        return MPI.buffer(buf).address
+    return buf.data.ptr
 
 
 def overlap(a: Any, b: Any) -> bool:
@@ -103,7 +103,7 @@ def mpi_buffer(buf: Any, mpi_type: MPI.Datatype) -> list:
 
 def check_op(op: Any, dtype: np.dtype) -> str:
     """The name of reduction ``op`` (an ``MPI.Op`` or a name); ValueError if it does not apply."""
-    name = _op_name(op)
+    name = op_name(op)
     if name is None:
         raise ValueError(f"unsupported reduction op {op!r}; use one of "
                          "MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX (or 'sum', 'prod', 'min', 'max')")
@@ -112,7 +112,8 @@ def check_op(op: Any, dtype: np.dtype) -> str:
     return name
 
 
-def _op_name(op: Any) -> str | None:
+def op_name(op: Any) -> str | None:
+    """'sum', 'prod', 'min' or 'max' for an MPI op or a name; None for anything else."""
     if isinstance(op, str):
         return OP_NAMES.get(op.lower())
     for name, mpi_op in (("sum", MPI.SUM), ("prod", MPI.PROD), ("min", MPI.MIN),
@@ -151,6 +152,13 @@ def gpu_aware() -> bool:
         return False
     query.restype = ctypes.c_int
     return bool(query())
+
+
+def device_reducer(op: str) -> kernels.Reducer:
+    """``f(dst, a, b)`` for CuPy arrays: the CuPy ufunc of ``op``."""
+    import cupy
+    ufunc = getattr(cupy, kernels.UFUNCS[op].__name__)
+    return lambda dst, a, b: ufunc(a, b, out=dst)
 
 
 def to_host(buf: Any) -> np.ndarray:

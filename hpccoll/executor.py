@@ -24,30 +24,20 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, kernels
+from . import buffers, kernels, settings
 from .schedule import RECV, SCRATCH, SEND, Copy, LocalOp, Program, Reduce, Region, Step
 
-DEFAULT_TIMEOUT = 600.0
 BINDINGS_PER_PLAN = 4
+YIELD_AFTER = 256           # polls without progress before each further poll yields the core
 
 
 class CollectiveTimeout(RuntimeError):
     """A collective step did not complete before the deadline."""
 
 
-def timeout_seconds() -> float | None:
-    """``HPCCOLL_TIMEOUT`` in seconds (default 600); 0 or 'none' waits forever."""
-    value = os.environ.get("HPCCOLL_TIMEOUT", "").strip().lower()
-    if not value:
-        return DEFAULT_TIMEOUT
-    if value in ("0", "none", "inf"):
-        return None
-    return float(value)
-
-
 def deadline_from(start: float) -> float | None:
     """The monotonic time at which work begun at ``start`` times out (None: never)."""
-    limit = timeout_seconds()
+    limit = settings.current.timeout
     return None if limit is None else start + limit
 
 
@@ -62,9 +52,10 @@ def wait_requests(requests: list[MPI.Request], what: str,
         return
     if deadline is None:
         deadline = deadline_from(time.monotonic())
+    test = MPI.Request.Testsome
     spins, left = 0, len(requests)
     while left:
-        done = MPI.Request.Testsome(requests)
+        done = test(requests)
         if done:
             left -= len(done)
             if on_complete is not None:
@@ -74,14 +65,14 @@ def wait_requests(requests: list[MPI.Request], what: str,
         if done is None:
             break
         spins += 1
-        if spins > 64:
+        if spins > YIELD_AFTER:
             os.sched_yield()
         if deadline is not None and spins % 64 == 0 and time.monotonic() > deadline:
             open_ = [i for i, r in enumerate(requests) if not r.Test()]
             for i in open_:
                 _cancel(requests[i])
             detail = pending(open_) if pending else f"{len(open_)} request(s) open"
-            raise CollectiveTimeout(f"{what} did not complete within {timeout_seconds():g} s "
+            raise CollectiveTimeout(f"{what} did not complete within {settings.current.timeout:g} s "
                                     f"(HPCCOLL_TIMEOUT): {detail}")
 
 
@@ -137,6 +128,13 @@ class Plan:
             fresh.transient = True
         return fresh
 
+    def release(self, tags: tuple[int, int]) -> None:
+        """Free the cached bindings made for tag range ``tags`` (a persistent request's)."""
+        for key, binding in list(self.bindings.items()):
+            if key[2] == tags:
+                del self.bindings[key]
+                binding.free()
+
     def free(self) -> None:
         for binding in self.bindings.values():
             binding.free()
@@ -158,8 +156,8 @@ class Binding:
         self.array_kind = buffers.kind(recv)
         xp = np if self.array_kind == "numpy" else __import__("cupy")
         dtype = plan.dtype
-        self.views = {SEND: send if send is not None else xp.empty(0, dtype), RECV: recv,
-                      SCRATCH: xp.empty(plan.program.scratch, dtype)}
+        self.views = {SEND: xp.empty(0, dtype) if send is None else buffers.flat(send),
+                      RECV: buffers.flat(recv), SCRATCH: xp.empty(plan.program.scratch, dtype)}
         self.staging = xp.empty(plan.staging, dtype)
         self.owners = [buffers.owner_ref(a) for a in (send, recv) if a is not None]
         self.mpi_type = buffers.mpi_datatype(dtype)
@@ -272,77 +270,87 @@ def _move_device(code: int, packed: Any, buffer: Any, starts: np.ndarray,
 
 
 class Operation:
-    """One execution of a binding: ``start`` it, then ``test`` (no blocking) or ``wait``."""
+    """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
+    ``test`` advances as far as it can without blocking."""
 
-    def __init__(self, binding: Binding, reduce: kernels.Reducer, on_done: Callable[[], None]):
+    __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done")
+
+    def __init__(self, binding: Binding, reduce: kernels.Reducer | None,
+                 on_done: Callable[[], None]):
         self.binding = binding
         self.reduce = reduce
         self.on_done = on_done
         self.position = 0
-        self.posted = False
-        self.step_started = 0.0
+        self.limit = settings.current.timeout
+        self.deadline: float | None = None
         self.done = False
 
     def start(self) -> "Operation":
         self.binding.busy = True
         if self.binding.array_kind == "cupy":
             buffers.synchronize(self.binding.views[RECV])
-        self._advance(block=False)
+        self._post()
         return self
 
-    def _advance(self, block: bool) -> bool:
+    def _post(self) -> None:
+        """Post the current step (and run through steps that only compute)."""
         steps = self.binding.steps
         while self.position < len(steps):
             step = steps[self.position]
-            if not self.posted:
+            if step.packs:
                 _run_ops(step.packs, self.reduce)
-                if step.requests:
-                    MPI.Prequest.Startall(step.requests)
-                _run_ops(step.local, self.reduce)
-                self.posted = True
-                self.step_started = time.monotonic()
             if step.requests:
-                if block:
-                    self._wait_step(step)
-                elif not self._test_step(step):
-                    return False
-            self.posted = False
+                MPI.Prequest.Startall(step.requests)
+            if step.local:
+                _run_ops(step.local, self.reduce)
+            if step.requests:
+                if self.limit is not None:
+                    self.deadline = time.monotonic() + self.limit
+                return
             self.position += 1
         self._finish()
+
+    def wait(self) -> None:
+        steps = self.binding.steps
+        while not self.done:
+            step = steps[self.position]
+            if step.arrivals or not MPI.Request.Testall(step.requests):
+                self._wait_step(step)
+            self.position += 1
+            self._post()
+
+    def test(self) -> bool:
+        steps = self.binding.steps
+        while not self.done:
+            step = steps[self.position]
+            done = MPI.Request.Testsome(step.requests)
+            while done:
+                self._arrived(step, done)
+                done = MPI.Request.Testsome(step.requests)
+            if done is not None:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    self._wait_step(step)   # past the deadline: raises with the details
+                return False
+            self.position += 1
+            self._post()
         return True
 
-    def _arrived(self, step: _CompiledStep) -> Callable[[int], None]:
-        def handle(i: int) -> None:
+    def _arrived(self, step: _CompiledStep, done: list[int]) -> None:
+        for i in done:
             ops = step.arrivals.get(i)
             if ops:
                 _run_ops(ops, self.reduce)
-        return handle
 
     def _wait_step(self, step: _CompiledStep) -> None:
         plan = self.binding.plan
         try:
             wait_requests(step.requests,
                           f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
-                          self._arrived(step) if step.arrivals else None,
-                          lambda open_: _describe_open(step, open_),
-                          deadline_from(self.step_started))
+                          (lambda i: self._arrived(step, (i,))) if step.arrivals else None,
+                          lambda open_: _describe_open(step, open_), self.deadline)
         except CollectiveTimeout:
             self._abandon()
             raise
-
-    def _test_step(self, step: _CompiledStep) -> bool:
-        done = MPI.Request.Testsome(step.requests)
-        handle = self._arrived(step)
-        while done:
-            for i in done:
-                handle(i)
-            done = MPI.Request.Testsome(step.requests)
-        if done is None:
-            return True
-        deadline = deadline_from(self.step_started)
-        if deadline is not None and time.monotonic() > deadline:
-            self._wait_step(step)   # past the deadline: raises with the details
-        return False
 
     def _abandon(self) -> None:
         """After a timeout the binding's requests are in an unknown state: drop it."""
@@ -354,20 +362,11 @@ class Operation:
         self.done = True
 
     def _finish(self) -> None:
-        if self.done:
-            return
         self.done = True
         self.binding.busy = False
         if self.binding.transient:
             self.binding.free()
         self.on_done()
-
-    def test(self) -> bool:
-        return self.done or self._advance(block=False)
-
-    def wait(self) -> None:
-        if not self.done:
-            self._advance(block=True)
 
 
 def _describe_open(step: _CompiledStep, open_: list[int]) -> str:

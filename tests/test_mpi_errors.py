@@ -3,8 +3,6 @@ collective raises after its deadline; check mode catches arguments that differ b
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -91,7 +89,7 @@ def test_stuck_collective_raises_after_deadline(mpi_ranks, comm):
     the silent peer, instead of hanging."""
     import hpccoll
     p, r = comm.size, comm.rank
-    os.environ["HPCCOLL_TIMEOUT"] = "2"
+    previous = hpccoll.configure(timeout=2)
     try:
         # set up the private communicator first: it is collective as well
         hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
@@ -100,7 +98,7 @@ def test_stuck_collective_raises_after_deadline(mpi_ranks, comm):
                                match=r"allgather/ring step \d \(of \d\) did not complete within 2 s .*no message from rank"):
                 hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
     finally:
-        os.environ["HPCCOLL_TIMEOUT"] = "60"
+        hpccoll.configure(**vars(previous))
     comm.Barrier()
 
 
@@ -108,7 +106,7 @@ def test_stuck_collective_raises_after_deadline(mpi_ranks, comm):
 def test_check_mode_catches_arguments_that_differ_by_rank(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank
-    os.environ["HPCCOLL_CHECK"] = "1"
+    previous = hpccoll.configure(check=True)
     try:
         # rank 0 asks for another algorithm than the others
         with pytest.raises(ValueError, match="HPCCOLL_CHECK: ranks .* called allgather "
@@ -127,4 +125,4 @@ def test_check_mode_catches_arguments_that_differ_by_rank(mpi_ranks, comm):
         hpccoll.allgather(comm, np.full(2, float(r)), out, algorithm="direct")
         assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 2))
     finally:
-        del os.environ["HPCCOLL_CHECK"]
+        hpccoll.configure(**vars(previous))

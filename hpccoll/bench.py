@@ -1,0 +1,242 @@
+"""``hpccoll bench``: time algorithms against the native MPI collective, OSU/nccl-tests style.
+
+Per message size and algorithm: a data check apart from the timed loop (seeded per-rank
+integer data, so reductions are exact and every rank can compute the expected result), then
+warm-up calls, then timed iterations each started after a barrier.  An iteration's time is
+the slowest rank's; the reported time is the median over iterations.  ``native`` is the MPI
+library's own collective called through mpi4py, the way a program would call it.
+
+Sizes follow OSU: the block a rank contributes (allgather), sends to each peer (alltoall),
+or the whole vector (allreduce, and reduce_scatter's input).  Bandwidths follow nccl-tests:
+algbw = S / time with S the larger buffer (allgather's output, alltoall's and
+reduce_scatter's input, the allreduce vector); busbw = algbw x 2(p-1)/p for allreduce and
+x (p-1)/p for the others.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, TextIO
+
+import numpy as np
+from mpi4py import MPI
+
+from . import api, registry
+from .schedule import even_split
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'8', '64K', '16M', '1G' (binary units) -> bytes."""
+    text = text.strip().upper().rstrip("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    try:
+        value = int(text[:len(text) - len(unit)])
+    except ValueError:
+        raise ValueError(f"bad size {text!r}; use e.g. 8, 64K, 16M") from None
+    if value < 0:
+        raise ValueError(f"size must not be negative: {text!r}")
+    return value * UNITS[unit]
+
+
+def size_range(spec: str) -> list[int]:
+    """'MIN:MAX' (powers of two from MIN to MAX) or a single size -> sizes in bytes."""
+    low, _, high = spec.partition(":")
+    lo, hi = parse_size(low), parse_size(high or low)
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"bad size range {spec!r}: need 0 < MIN <= MAX")
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def busbw_factor(collective: str, p: int) -> float:
+    if p == 1:
+        return 1.0
+    return 2 * (p - 1) / p if collective == "allreduce" else (p - 1) / p
+
+
+@dataclass
+class Result:
+    collective: str
+    algorithm: str
+    ranks: int
+    dtype: str
+    bytes: int
+    count: int
+    iterations: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    vs_native: float | None
+    wrong: int
+
+
+class Case:
+    """One collective at one size: buffers, the seeded inputs and the expected output."""
+
+    def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype):
+        self.comm, self.collective, self.dtype = comm, collective, dtype
+        p, r = comm.size, comm.rank
+        n = max(size // dtype.itemsize, 0)
+        self.count = n
+        if collective == "allgather":
+            send_n, recv_n, self.total = n, n * p, n * p
+        elif collective == "alltoall":
+            send_n = recv_n = self.total = n * p
+        elif collective == "reduce_scatter":
+            self.recvcounts = even_split(n, p)
+            send_n, recv_n, self.total = n, self.recvcounts[r], n
+        else:
+            send_n = recv_n = self.total = n
+        self.send = self.input(r, send_n)
+        self.recv = np.zeros(recv_n, dtype)
+        self.expected = self._expected(send_n)
+
+    def input(self, rank: int, n: int) -> np.ndarray:
+        rng = np.random.default_rng([rank, n, 12345])
+        return rng.integers(-8, 9, size=n).astype(self.dtype)
+
+    def _expected(self, send_n: int) -> np.ndarray:
+        p, r = self.comm.size, self.comm.rank
+        inputs = [self.input(q, send_n) for q in range(p)]
+        if self.collective == "allgather":
+            return np.concatenate(inputs)
+        if self.collective == "alltoall":
+            n = send_n // p
+            return np.concatenate([x[r * n:(r + 1) * n] for x in inputs])
+        total = np.sum(inputs, axis=0, dtype=self.dtype)
+        if self.collective == "reduce_scatter":
+            start = sum(self.recvcounts[:r])
+            return total[start:start + self.recvcounts[r]]
+        return total
+
+    def runner(self, algorithm: str) -> Callable[[], None]:
+        comm, send, recv, coll = self.comm, self.send, self.recv, self.collective
+        if algorithm == registry.NATIVE:
+            if coll == "allgather":
+                return lambda: comm.Allgather(send, recv)
+            if coll == "alltoall":
+                return lambda: comm.Alltoall(send, recv)
+            if coll == "reduce_scatter":
+                counts = list(self.recvcounts)
+                return lambda: comm.Reduce_scatter(send, recv, counts)
+            return lambda: comm.Allreduce(send, recv)
+        function = getattr(api, coll)
+        if coll == "reduce_scatter":
+            counts = self.recvcounts
+            return lambda: function(comm, send, recv, recvcounts=counts, algorithm=algorithm)
+        return lambda: function(comm, send, recv, algorithm=algorithm)
+
+    def wrong(self, run: Callable[[], None]) -> int:
+        self.recv[:] = 0
+        run()
+        bad = int(np.count_nonzero(self.recv != self.expected))
+        return self.comm.allreduce(bad, op=MPI.SUM)
+
+
+def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int) -> float:
+    """Median over iterations of the slowest rank's time, in microseconds."""
+    for _ in range(warmup):
+        run()
+    times = np.zeros(iterations)
+    for i in range(iterations):
+        comm.Barrier()
+        start = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - start
+    slowest = np.zeros_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    return statistics.median(slowest.tolist()) * 1e6
+
+
+def iterations_for(size: int, iterations: int) -> int:
+    """OSU-style: fewer iterations for large messages (down to a tenth past 1 MiB)."""
+    return iterations if size <= 1 << 20 else max(3, iterations // 10)
+
+
+def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
+    """'all' or a comma list -> names (native first); forced ones must apply at p."""
+    from .schedule import uniform_call
+    call = uniform_call(collective, p, 0, 1)
+    if spec == "all":
+        names = [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
+    else:
+        names = [n.strip() for n in spec.split(",") if n.strip() and n.strip() != registry.NATIVE]
+        for name in names:
+            reason = registry.get(collective, name).violated(call)
+            if reason:
+                raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
+                                 f"it requires {reason}")
+    return [registry.NATIVE] + names
+
+
+def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
+        dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
+        out: TextIO | None = None) -> list[Result]:
+    """Benchmark ``algorithms`` (native first) on ``collective`` at each size; rank 0 prints
+    the table to ``out`` as it goes.  Returns the results (on every rank)."""
+    p = comm.size
+    dt = np.dtype(dtype)
+    results: list[Result] = []
+    say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
+        (lambda line: None)
+    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {MPI.Get_library_version().splitlines()[0].strip()}")
+    say(f"# time = median over iterations of the slowest rank; busbw factor "
+        f"{busbw_factor(collective, p):.3f}; vs native = native time / time")
+    say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>6} {'time(us)':>11} {'algbw(GB/s)':>12} "
+        f"{'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
+    for size in sizes:
+        case = Case(comm, collective, size, dt)
+        if case.count == 0:
+            continue
+        native_time = None
+        n_iter = iterations_for(size, iterations)
+        for name in algorithms:
+            runner = case.runner(name)
+            wrong = case.wrong(runner) if check else 0
+            t = time_runs(comm, runner, n_iter, warmup)
+            if name == registry.NATIVE:
+                native_time = t
+            algbw = case.total * dt.itemsize / t / 1e3
+            result = Result(collective, name, p, str(dt), case.count * dt.itemsize, case.count,
+                            n_iter, t, algbw, algbw * busbw_factor(collective, p),
+                            native_time / t if native_time else None, wrong)
+            results.append(result)
+            ratio = f"{result.vs_native:9.2f}x" if result.vs_native else f"{'-':>10}"
+            say(f"  {result.bytes:>10} {name:>20} {n_iter:>6} {t:>11.2f} {algbw:>12.3f} "
+                f"{result.busbw_gbs:>12.3f} {ratio} {wrong:>7}")
+    return results
+
+
+def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
+    return {"command": " ".join(argv), "ranks": comm.size,
+            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+            "host": platform.node(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_json(path: str, meta: dict[str, Any], results: list[Result]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": [asdict(r) for r in results]}, f, indent=1)
+
+
+def main(args: Any, argv: list[str]) -> int:
+    comm = MPI.COMM_WORLD
+    algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
+    results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
+                  args.iterations, args.warmup, args.check, sys.stdout)
+    if args.json and comm.rank == 0:
+        write_json(args.json, metadata(comm, argv), results)
+    wrong = sum(r.wrong for r in results)
+    if wrong and comm.rank == 0:
+        print(f"# {wrong} wrong element(s)", file=sys.stderr)
+    return 1 if wrong else 0
