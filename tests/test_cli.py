@@ -1,0 +1,87 @@
+"""The command line: ``hpccoll bench`` under mpiexec (table, JSON, exit status), ``verify``
+and ``list``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+MPIEXEC = shutil.which("mpiexec")
+
+
+def hpccoll(*args: str, ranks: int | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hpccoll", *args]
+    if ranks is not None:
+        command = [MPIEXEC, "-n", str(ranks), *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"})
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce", "alltoall"])
+def test_bench_writes_checked_results(collective, tmp_path):
+    out = tmp_path / "bench.json"
+    done = hpccoll("bench", collective, "-a", "all", "-m", "4:64K", "-i", "5", "-x", "1",
+                   "--json", str(out), ranks=3)
+    assert done.returncode == 0, done.stderr
+    lines = [l for l in done.stdout.splitlines() if l and not l.startswith("#")]
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert report["meta"]["ranks"] == 3 and "hpccoll bench" in report["meta"]["command"]
+    assert len(lines) == len(results)
+    sizes = sorted({r["bytes"] for r in results})
+    assert sizes == [4 << k for k in range(15)]
+    for size in sizes:
+        rows = [r for r in results if r["bytes"] == size]
+        assert rows[0]["algorithm"] == "native" and rows[0]["vs_native"] == pytest.approx(1.0)
+        assert {"native", "ring", "direct"} <= {r["algorithm"] for r in rows}
+        native = rows[0]["time_us"]
+        for row in rows:
+            assert row["wrong"] == 0 and row["time_us"] > 0
+            assert row["vs_native"] == pytest.approx(native / row["time_us"])
+            factor = 2 * 2 / 3 if collective == "allreduce" else 2 / 3
+            assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor)
+
+
+def test_bench_rejects_an_algorithm_that_does_not_apply():
+    done = hpccoll("bench", "alltoall", "-a", "xor", "-m", "8", ranks=3)
+    assert done.returncode == 2
+    assert "cannot serve alltoall on 3 ranks" in done.stderr
+
+
+def test_bench_rejects_bad_sizes():
+    done = hpccoll("bench", "allreduce", "-m", "64:8", ranks=1)
+    assert done.returncode == 2 and "bad size range" in done.stderr
+
+
+@pytest.mark.mpi(ranks=[2], timeout=60)
+def test_data_check_counts_wrong_elements(mpi_ranks, comm):
+    """A run that leaves the output alone is counted wrong element by element, on all ranks."""
+    from hpccoll import bench
+    case = bench.Case(comm, "allgather", 64, np.dtype("float32"))
+    assert case.wrong(case.runner("ring")) == 0
+    nonzero = comm.allreduce(int(np.count_nonzero(case.expected)))
+    assert nonzero > 0
+    assert case.wrong(lambda: None) == nonzero
+
+
+def test_verify_command_reports_each_algorithm():
+    done = hpccoll("verify", "--collective", "allgather", "--max-ranks", "6",
+                   "--max-power-of-two", "8")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = done.stdout.splitlines()[1:]
+    assert {r.split()[1] for r in rows} >= {"ring", "direct"}
+    assert all(r.endswith("ok") for r in rows)
+
+
+def test_list_markdown_has_every_algorithm():
+    from hpccoll import registry
+    done = hpccoll("list", "--markdown")
+    assert done.returncode == 0
+    rows = done.stdout.splitlines()[2:]
+    assert len(rows) == len(registry.algorithms())
