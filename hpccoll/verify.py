@@ -353,7 +353,7 @@ def check_calls(algorithm: registry.Algorithm, calls: list[Call],
 
 def check_algorithm(collective: str, name: str, p: int, *, seed: int = 0, cases: int = 1,
                     counts: tuple[int, int] = (0, 4), uneven: bool = True,
-                    topology=None) -> list[Report]:
+                    topology=None, options: tuple = ()) -> list[Report]:
     """Verify ``name`` for ``collective`` at ``p`` ranks on ``cases`` random instances per
     variant: uniform counts, uneven counts with zeros (``uneven``), and IN_PLACE where the
     collective has it.  Instances the algorithm's constraints exclude are skipped."""
@@ -366,7 +366,8 @@ def check_algorithm(collective: str, name: str, p: int, *, seed: int = 0, cases:
     reports = []
     for variant in variants:
         for _ in range(cases):
-            calls = random_calls(collective, p, rng, counts=counts, topology=topology, **variant)
+            calls = random_calls(collective, p, rng, counts=counts, topology=topology,
+                                 options=options, **variant)
             if algorithm.violated(calls[0]) is None:
                 reports.append(check_calls(algorithm, calls, data_rng))
     return reports
@@ -379,7 +380,8 @@ def sweep_sizes(max_ranks: int = 33, max_power_of_two: int = 256) -> list[int]:
 
 
 def check_sweep(collective: str, name: str, max_ranks: int = 33,
-                max_power_of_two: int = 256, seed: int = 0) -> int:
+                max_power_of_two: int = 256, seed: int = 0, topology=None,
+                options: tuple = ()) -> int:
     """The standard verification of one algorithm: every p up to ``max_ranks`` with uneven
     counts and zeros, then powers of two up to ``max_power_of_two`` with one element per
     block (the data moved grows like p^3 there).  Returns the number of instances checked."""
@@ -387,5 +389,6 @@ def check_sweep(collective: str, name: str, max_ranks: int = 33,
     for p in sweep_sizes(max_ranks, max_power_of_two):
         small = p <= max_ranks
         checked += len(check_algorithm(collective, name, p, seed=seed,
-                                       counts=(0, 4) if small else (1, 1), uneven=small))
+                                       counts=(0, 4) if small else (1, 1), uneven=small,
+                                       topology=topology, options=options))
     return checked

@@ -5,7 +5,6 @@ count and bytes, the 1-factor pairing, and the options and constraints."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -17,31 +16,23 @@ from hpccoll.algorithms.mesh import grid_shape
 from hpccoll.algorithms.pairwise import one_factor_partner, one_factor_rounds, xor_partner
 from hpccoll.schedule import uniform_call
 
-MAX_RANKS = 64
-# Powers of two beyond MAX_RANKS for xor and hypercube.  The verifier costs about
-# p^2 log p Python operations there: 256 keeps this file within its time budget; 1024 is
-# the goal of the issue (see test_large_powers_of_two, opt-in).
-MAX_POWER_OF_TWO = 256
+MAX_RANKS = 64      # tests/test_verify.py covers every algorithm for p = 1..33 and powers
+                    # of two up to 256; this file adds p = 34..64.  Powers of two up to 1024
+                    # for xor and hypercube: `hpccoll verify`, recorded in perf/verify.md.
 
 SWEEPS = [("alltoall", "pairwise"), ("alltoallv", "pairwise"), ("alltoall", "bruck"),
           ("alltoall", "mesh"), ("alltoall", "xor"), ("alltoallv", "xor"),
           ("alltoall", "hypercube")]
-POWER_OF_TWO_ONLY = {"xor", "hypercube"}
 
 
 @pytest.mark.parametrize("collective,name", SWEEPS)
-def test_sweep(collective: str, name: str) -> None:
-    limit = MAX_POWER_OF_TWO if name in POWER_OF_TWO_ONLY else MAX_RANKS
-    assert verify.check_sweep(collective, name, max_ranks=MAX_RANKS,
-                              max_power_of_two=limit) > 0
-
-
-@pytest.mark.skipif(not os.environ.get("HPCCOLL_SLOW_TESTS"),
-                    reason="minutes in the pure-Python verifier; set HPCCOLL_SLOW_TESTS=1")
-@pytest.mark.parametrize("name", sorted(POWER_OF_TWO_ONLY))
-def test_large_powers_of_two(name: str) -> None:
-    for p in (512, 1024):
-        assert verify.check_algorithm("alltoall", name, p, counts=(1, 1), uneven=False)
+def test_sweep_beyond_33_ranks(collective: str, name: str) -> None:
+    algorithm = registry.get(collective, name)
+    checked = 0
+    for p in range(34, MAX_RANKS + 1):
+        if algorithm.violated(uniform_call(collective, p, 0, 1)) is None:
+            checked += len(verify.check_algorithm(collective, name, p, counts=(0, 2)))
+    assert checked > 0
 
 
 def _report(name: str, p: int, n: int = 2, collective: str = "alltoall",
@@ -72,23 +63,24 @@ def test_xor_and_hypercube_rounds(p: int) -> None:
     assert cube.rounds == log
     assert cube.sent == [2 * p * log // 2] * p        # n p/2 per round, n p log2(p)/2 in all
     assert cube.messages == p * log
+    scratch = {registry.get("alltoall", name).planner(uniform_call("alltoall", p, 0, 3)).scratch
+               for name in ("xor", "hypercube")}
+    assert scratch == {0, 3 * (p - 1 - log)}               # only blocks moving twice or more
 
 
-@pytest.mark.parametrize("p", range(1, 40))
+@pytest.mark.parametrize("p", range(1, 34))
 def test_bruck_rounds(p: int) -> None:
     report = _report("bruck", p)
     assert report.rounds == (p - 1).bit_length()          # ceil(log2 p)
     assert report.sent == [2 * _popcount_sum(p)] * p
 
 
-@pytest.mark.parametrize("p", range(1, 40))
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 24, 26, 27, 28, 33])
 @pytest.mark.parametrize("radix", [3, 4, 7, 64])
 def test_bruck_radix(p: int, radix: int) -> None:
     rng = random.Random(p * 100 + radix)
-    algorithm = registry.get("alltoall", "bruck")
-    for _ in range(2):
-        calls = verify.random_calls("alltoall", p, rng, options=(("radix", radix),))
-        verify.check_calls(algorithm, calls, np.random.default_rng(p))
+    calls = verify.random_calls("alltoall", p, rng, options=(("radix", radix),))
+    verify.check_calls(registry.get("alltoall", "bruck"), calls, np.random.default_rng(p))
     report = _report("bruck", p, options=(("radix", radix),))
     rounds, weight = 0, 1
     while weight < p:
@@ -111,7 +103,7 @@ def test_bruck_radix_numpy_integer() -> None:
     assert _report("bruck", 10, options=(("radix", np.int64(3)),)).rounds == 3
 
 
-@pytest.mark.parametrize("p", range(1, 40))
+@pytest.mark.parametrize("p", range(1, 34))
 def test_mesh_rounds(p: int) -> None:
     r, c = grid_shape(p)
     assert r * c == p and r <= c
@@ -119,9 +111,11 @@ def test_mesh_rounds(p: int) -> None:
     report = _report("mesh", p)
     assert report.rounds == (r > 1) + (c > 1)              # 2, or 1 for prime p (direct)
     assert report.sent == [2 * (2 * p - r - c)] * p
+    program = registry.get("alltoall", "mesh").planner(uniform_call("alltoall", p, p - 1, 3))
+    assert program.scratch == 3 * (r - 1) * c
 
 
-@pytest.mark.parametrize("p", [1, 6, 12, 16, 30, 36])
+@pytest.mark.parametrize("p", [1, 6, 12, 16, 30])
 def test_mesh_rows_option(p: int) -> None:
     algorithm = registry.get("alltoall", "mesh")
     rng = random.Random(p)
@@ -129,9 +123,8 @@ def test_mesh_rows_option(p: int) -> None:
         options = (("rows", rows),)
         assert algorithm.violated(uniform_call("alltoall", p, 0, 1, options=options)) is None
         assert grid_shape(p, rows) == (rows, p // rows)
-        for _ in range(2):
-            calls = verify.random_calls("alltoall", p, rng, options=options)
-            verify.check_calls(algorithm, calls, np.random.default_rng(rows))
+        calls = verify.random_calls("alltoall", p, rng, options=options)
+        verify.check_calls(algorithm, calls, np.random.default_rng(rows))
         c = p // rows
         report = _report("mesh", p, options=options)
         assert report.rounds == (rows > 1) + (c > 1)

@@ -114,7 +114,7 @@ def test_allreduce_matches_native(mpi_ranks, comm):
         check(got, want, f"{name} segmented")
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
+@pytest.mark.mpi(ranks=RANKS + [5, 8], timeout=300)
 def test_alltoall_matches_native(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank
@@ -128,7 +128,7 @@ def test_alltoall_matches_native(mpi_ranks, comm):
             check(got, want, f"{name} {dtype} n={n}")
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
+@pytest.mark.mpi(ranks=RANKS + [5, 8], timeout=300)
 def test_alltoallv_matches_native(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank

@@ -57,9 +57,10 @@ def plan_mesh_alltoall(call: Call) -> Program:
     Grid r x c = p, option ``rows`` (must divide p) or the squarest factorisation, r <= c.
     Rounds 2 (c-1, then r-1 concurrent messages; 1 for prime p, where it is direct); bytes
     sent per rank n((c-1) r + (r-1) c) = n(2p - r - c); time about 2 alpha + n(2p - r - c)
-    beta on one port, plus the regrouping: phase 1's strided send blocks are packed and its
-    arrivals scattered by the executor, which also parks the blocks that go on in phase 2 so
-    phase 2 sends and receives contiguous runs.  Scratch (r-1) c n.
+    beta on one port, plus the regrouping: the executor packs phase 1's strided send blocks
+    and scatters its arrivals into scratch grouped by destination row (the own row's straight
+    into the receive buffer), so phase 2 sends and receives contiguous runs.  Scratch
+    (r-1) c n (none when c = 1).
     """
     p, rank, n = call.p, call.rank, call.counts[0]
     r, c = grid_shape(p, call.option("rows"))
@@ -79,17 +80,23 @@ def plan_mesh_alltoall(call: Call) -> Program:
     def into(i: int, j: int) -> Region:          # phase 1 arrival from (row, j) bound for (i, col)
         return Region(RECV, (row * c + j) * n, n) if i == row else park(i, j)
 
+    def outgoing(i: int) -> Region:              # phase 2 message to (i, col): c parked blocks
+        return send(i, col) if c == 1 else Region(SCRATCH, (i - (i > row)) * c * n, c * n)
+
     own = Region(RECV, rank * n, n)
+    # my own blocks bound for my column are parked next to the ones that arrive in phase 1
+    # (one block each), so every phase 2 message is contiguous; with one column there is
+    # nothing to join and phase 2 sends straight from the send buffer
+    parked = () if c == 1 else tuple(Copy(send(i, col), park(i, col))
+                                     for i in range(r) if i != row)
     phase1 = Step(
         sends=tuple(Send(row * c + to, tuple(send(i, to) for i in range(r)))
                     for to, _ in _line_peers(c, col)),
         recvs=tuple(Recv(row * c + frm, tuple(into(i, frm) for i in range(r)))
                     for _, frm in _line_peers(c, col)),
-        local=(Copy(send(row, col), own),) + tuple(Copy(send(i, col), park(i, col))
-                                                   for i in range(r) if i != row))
+        local=(Copy(send(row, col), own),) + parked)
     phase2 = Step(
-        sends=tuple(Send(to * c + col, (Region(SCRATCH, (to - (to > row)) * c * n, c * n),))
-                    for to, _ in _line_peers(r, row)),
+        sends=tuple(Send(to * c + col, (outgoing(to),)) for to, _ in _line_peers(r, row)),
         recvs=tuple(Recv(frm * c + col, (recv_row(frm),)) for _, frm in _line_peers(r, row)))
     steps = (phase1, phase2) if r > 1 else (phase1,)
-    return Program(steps, scratch=(r - 1) * c * n)
+    return Program(steps, scratch=0 if c == 1 else (r - 1) * c * n)
