@@ -205,23 +205,25 @@ class Binding:
         return (_REDUCE, self.view(op.dst), tuple(self.view(r) for r in srcs))
 
     def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> tuple:
-        """Gather ``regions`` into ``packed`` (or scatter back), one kernel call per run of
-        regions in the same buffer, working on bytes."""
+        """Gather ``regions`` into ``packed`` (or scatter back): one kernel call per run of
+        regions in the same buffer, moving whole elements as unsigned words."""
+        host = self.array_kind == "numpy"
+        words = kernels.as_words if host else (lambda array: array)
+        scale = kernels.word_scale(self.plan.dtype.itemsize) if host else 1
         runs, at = [], 0
-        size = self.plan.dtype.itemsize
         for region in regions:
+            block = (region.offset * scale, region.count * scale)
             if runs and runs[-1][0] == region.buffer:
-                runs[-1][1].append((region.offset * size, region.count * size))
+                runs[-1][2].append(block)
             else:
-                runs.append((region.buffer, [(region.offset * size, region.count * size)], at))
-            at += region.count * size
+                runs.append((region.buffer, at, [block]))
+            at += region.count * scale
         calls = []
-        for name, blocks, start in runs:
-            total = sum(c for _, c in blocks)
-            packed_bytes = _bytes(packed)[start:start + total]
+        for name, start, blocks in runs:
             starts = np.array([s for s, _ in blocks], np.int64)
             counts = np.array([c for _, c in blocks], np.int64)
-            calls.append((packed_bytes, _bytes(self.views[name]), starts, counts))
+            calls.append((words(packed)[start:start + int(counts.sum())],
+                          words(self.views[name]), starts, counts))
         return (_GATHER if gather else _SCATTER, calls)
 
     def free(self) -> None:
@@ -235,10 +237,6 @@ class Binding:
 _COPY, _REDUCE, _GATHER, _SCATTER = range(4)
 
 
-def _bytes(array: Any) -> Any:
-    return array.view(np.uint8) if isinstance(array, np.ndarray) else array.view("uint8")
-
-
 def _run_ops(ops: list[tuple], reduce: kernels.Reducer) -> None:
     for op in ops:
         code = op[0]
@@ -250,7 +248,7 @@ def _run_ops(ops: list[tuple], reduce: kernels.Reducer) -> None:
             for src in srcs[2:]:
                 reduce(dst, dst, src)
         else:
-            move = kernels.gather_bytes if code == _GATHER else kernels.scatter_bytes
+            move = kernels.gather if code == _GATHER else kernels.scatter
             for packed, buffer, starts, counts in op[1]:
                 if isinstance(packed, np.ndarray):
                     move(packed, buffer, starts, counts)

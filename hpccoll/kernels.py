@@ -3,7 +3,8 @@
 Numba is imported on first use (not at ``import hpccoll``) and its compiled kernels are cached
 on disk.  Reductions have one kernel per operation, specialised by Numba per dtype; float16
 has no Numba arithmetic on the CPU, so it falls back to NumPy's ufuncs.  Packing works on
-bytes, so one compiled kernel serves every dtype.
+unsigned words of the element size (:func:`as_words`), so four compiled kernels serve every
+dtype.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _numba_kernels() -> dict[str, Callable]:
         at = 0
         for k in range(starts.size):
             s, c = starts[k], counts[k]
-            out[at:at + c] = src[s:s + c]
+            for j in range(c):
+                out[at + j] = src[s + j]
             at += c
 
     @jit
@@ -58,7 +60,8 @@ def _numba_kernels() -> dict[str, Callable]:
         at = 0
         for k in range(starts.size):
             s, c = starts[k], counts[k]
-            out[s:s + c] = src[at:at + c]
+            for j in range(c):
+                out[s + j] = src[at + j]
             at += c
 
     return {"sum": sum_kernel, "prod": prod_kernel, "min": min_kernel, "max": max_kernel,
@@ -79,11 +82,26 @@ def reduce_numpy(op: str) -> Reducer:
     return lambda dst, a, b: ufunc(a, b, out=dst)
 
 
-def gather_bytes(out: np.ndarray, src: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
-    """Concatenate the byte blocks ``src[starts[k]:starts[k]+counts[k]]`` into ``out``."""
+WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.uint64}
+
+
+def as_words(array: np.ndarray) -> np.ndarray:
+    """``array`` viewed as unsigned integers of its item size (64-bit words for 16-byte
+    items), so packing moves whole elements, not bytes, with one kernel per word size."""
+    return array.view(WORDS[array.dtype.itemsize])
+
+
+def word_scale(itemsize: int) -> int:
+    """Words per element in :func:`as_words` views."""
+    return 2 if itemsize == 16 else 1
+
+
+def gather(out: np.ndarray, src: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
+    """Concatenate the blocks ``src[starts[k]:starts[k]+counts[k]]`` into ``out`` (1-D
+    arrays of one dtype; offsets and counts in its elements)."""
     _numba_kernels()["gather"](out, src, starts, counts)
 
 
-def scatter_bytes(src: np.ndarray, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
-    """Inverse of :func:`gather_bytes`: spread consecutive bytes of ``src`` over ``out``'s blocks."""
+def scatter(src: np.ndarray, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
+    """Inverse of :func:`gather`: spread consecutive elements of ``src`` over ``out``'s blocks."""
     _numba_kernels()["scatter"](src, out, starts, counts)
