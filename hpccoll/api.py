@@ -216,10 +216,14 @@ def _validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts:
     return args, None if in_place else sendbuf, recvbuf
 
 
-def _check_apart(sendbuf: Any, recvbuf: Any) -> None:
-    if buffers.overlap(sendbuf, recvbuf):
+def _check_apart(send: Any, recv: Any) -> tuple[int, int]:
+    """The buffers' addresses (0 for no send buffer); ValueError if their memory overlaps."""
+    send_at, recv_at = 0 if send is None else buffers.address(send), buffers.address(recv)
+    if send is not None and send.nbytes and recv.nbytes and \
+            send_at < recv_at + recv.nbytes and recv_at < send_at + send.nbytes:
         raise ValueError("sendbuf and recvbuf overlap; pass MPI.IN_PLACE as sendbuf to "
                          "work in place")
+    return send_at, recv_at
 
 
 def message_count(call: Call) -> int:
@@ -357,7 +361,9 @@ class Prepared:
                     or self.staged else buffers.device_reducer(args.op)
 
     def start(self, send: Any, recv: Any, tags: tuple[int, int], cache: bool) -> Any:
-        """Start on ``send``/``recv`` (send None when in place); returns the operation."""
+        """Start on ``send``/``recv`` (send None when in place); returns the operation.
+        ValueError, before any message, if the two buffers overlap."""
+        addresses = _check_apart(send, recv)
         if settings.current.check:
             agree(self.ctx.comm, self.args, self.algorithm)
         on_done = _nothing
@@ -365,7 +371,7 @@ class Prepared:
             send, recv, on_done = _stage_on_host(send, recv)
         if self.plan is None:
             return _NativeOperation(self.args, self.ctx.comm, send, recv, on_done)
-        binding = self.plan.binding(self.ctx.comm, send, recv, tags, cache)
+        binding = self.plan.binding(self.ctx.comm, send, recv, addresses, tags, cache)
         return Operation(binding, self.reduce, on_done).start()
 
     def release(self, tags: tuple[int, int]) -> None:
@@ -445,10 +451,7 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
     if key is not None:
         found = ctx.calls.get(key)
         if found is not None:
-            if sendbuf is MPI.IN_PLACE:
-                return found, None, recvbuf
-            _check_apart(sendbuf, recvbuf)
-            return found, sendbuf, recvbuf
+            return found, None if sendbuf is MPI.IN_PLACE else sendbuf, recvbuf
     args, send, recv = _validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                  options=options)
     algorithm = resolve(args, algorithm)

@@ -63,14 +63,6 @@ def address(buf: Any) -> int:
     return buf.data.ptr
 
 
-def overlap(a: Any, b: Any) -> bool:
-    """Whether two arrays' memory ranges intersect."""
-    if a.nbytes == 0 or b.nbytes == 0:
-        return False
-    start_a, start_b = address(a), address(b)
-    return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
-
-
 def owner(buf: Any) -> Any:
     """The object that owns ``buf``'s memory (the end of its ``.base`` chain)."""
     obj = buf
@@ -116,6 +108,8 @@ def op_name(op: Any) -> str | None:
     """'sum', 'prod', 'min' or 'max' for an MPI op or a name; None for anything else."""
     if isinstance(op, str):
         return OP_NAMES.get(op.lower())
+    if op is MPI.SUM:
+        return "sum"
     for name, mpi_op in (("sum", MPI.SUM), ("prod", MPI.PROD), ("min", MPI.MIN),
                          ("max", MPI.MAX)):
         if op == mpi_op:

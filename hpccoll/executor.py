@@ -41,13 +41,14 @@ def deadline_from(start: float) -> float | None:
     return None if limit is None else start + limit
 
 
-def wait_requests(requests: list[MPI.Request], what: str,
+def wait_requests(requests: list[MPI.Request], what: str | Callable[[], str],
                   on_complete: Callable[[int], None] | None = None,
                   pending: Callable[[list[int]], str] | None = None,
                   deadline: float | None = None) -> None:
     """Complete ``requests``, calling ``on_complete(i)`` as each finishes, polling until
     ``deadline`` (default: ``HPCCOLL_TIMEOUT`` from now); past it, cancel what is left and
-    raise :class:`CollectiveTimeout`."""
+    raise :class:`CollectiveTimeout` saying ``what`` timed out (a string, or a function
+    making it, so the hot path formats nothing) and ``pending(open request indices)``."""
     if on_complete is None and MPI.Request.Testall(requests):
         return
     if deadline is None:
@@ -72,6 +73,7 @@ def wait_requests(requests: list[MPI.Request], what: str,
             for i in open_:
                 _cancel(requests[i])
             detail = pending(open_) if pending else f"{len(open_)} request(s) open"
+            what = what() if callable(what) else what
             raise CollectiveTimeout(f"{what} did not complete within {settings.current.timeout:g} s "
                                     f"(HPCCOLL_TIMEOUT): {detail}")
 
@@ -104,12 +106,12 @@ class Plan:
         self.staging = max((_staging_count(s) for _, s in self.steps), default=0)
         self.bindings: OrderedDict[tuple, Binding] = OrderedDict()
 
-    def binding(self, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int],
-                cache: bool) -> "Binding":
-        """A binding of this plan to ``send``/``recv``, step s tagged ``base + s % span`` for
-        ``tags = (base, span)``; cached ones are reused while their buffers' memory is alive
-        and no other operation uses them."""
-        key = (buffers.address(send) if send is not None else 0, buffers.address(recv), tags)
+    def binding(self, comm: MPI.Comm, send: Any, recv: Any, addresses: tuple[int, int],
+                tags: tuple[int, int], cache: bool) -> "Binding":
+        """A binding of this plan to ``send``/``recv`` (at ``addresses``), step s tagged
+        ``base + s % span`` for ``tags = (base, span)``; cached ones are reused while their
+        buffers' memory is alive and no other operation uses them."""
+        key = (addresses, tags)
         found = self.bindings.get(key)
         if found is not None:
             if found.alive():
@@ -119,6 +121,7 @@ class Plan:
             else:
                 del self.bindings[key]
                 found.free()
+                found = None
         fresh = Binding(self, comm, send, recv, tags)
         if cache and found is None:
             self.bindings[key] = fresh
@@ -131,7 +134,7 @@ class Plan:
     def release(self, tags: tuple[int, int]) -> None:
         """Free the cached bindings made for tag range ``tags`` (a persistent request's)."""
         for key, binding in list(self.bindings.items()):
-            if key[2] == tags:
+            if key[1] == tags:
                 del self.bindings[key]
                 binding.free()
 
@@ -159,12 +162,13 @@ class Binding:
         self.views = {SEND: xp.empty(0, dtype) if send is None else buffers.flat(send),
                       RECV: buffers.flat(recv), SCRATCH: xp.empty(plan.program.scratch, dtype)}
         self.staging = xp.empty(plan.staging, dtype)
-        self.owners = [buffers.owner_ref(a) for a in (send, recv) if a is not None]
+        self.send_owner = buffers.owner_ref(send) if send is not None else _alive
+        self.recv_owner = buffers.owner_ref(recv)
         self.mpi_type = buffers.mpi_datatype(dtype)
         self.steps = [self._compile(comm, index, step, tags) for index, step in plan.steps]
 
     def alive(self) -> bool:
-        return all(ref() is not None for ref in self.owners)
+        return self.send_owner() is not None and self.recv_owner() is not None
 
     def view(self, region: Region) -> Any:
         return self.views[region.buffer][region.offset:region.stop]
@@ -235,6 +239,10 @@ class Binding:
 
 
 _COPY, _REDUCE, _GATHER, _SCATTER = range(4)
+
+
+def _alive() -> bool:
+    return True
 
 
 def _run_ops(ops: list[tuple], reduce: kernels.Reducer) -> None:
@@ -312,7 +320,10 @@ class Operation:
         steps = self.binding.steps
         while not self.done:
             step = steps[self.position]
-            if step.arrivals or not MPI.Request.Testall(step.requests):
+            if MPI.Request.Testall(step.requests):
+                if step.arrivals:
+                    self._arrived(step, step.arrivals)
+            else:
                 self._wait_step(step)
             self.position += 1
             self._post()
@@ -343,7 +354,7 @@ class Operation:
         plan = self.binding.plan
         try:
             wait_requests(step.requests,
-                          f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
+                          lambda: f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
                           (lambda i: self._arrived(step, (i,))) if step.arrivals else None,
                           lambda open_: _describe_open(step, open_), self.deadline)
         except CollectiveTimeout:
