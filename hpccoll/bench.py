@@ -240,3 +240,45 @@ def main(args: Any, argv: list[str]) -> int:
     if wrong and comm.rank == 0:
         print(f"# {wrong} wrong element(s)", file=sys.stderr)
     return 1 if wrong else 0
+
+
+def human_size(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def report(paths: list[str]) -> str:
+    """Markdown tables from ``bench --json`` files: per run, each size's native time and every
+    algorithm's speed relative to native, the best one marked."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        results, meta = run["results"], run["meta"]
+        if not results:
+            continue
+        first = results[0]
+        names = list(dict.fromkeys(r["algorithm"] for r in results if r["algorithm"] != "native"))
+        out.append(f"### {first['collective']}, {meta['ranks']} ranks, {first['dtype']}\n")
+        out.append(f"`{meta['command']}` ({meta['date']}, {meta['mpi']})\n")
+        out.append("| size | native (us) | " + " | ".join(names) + " | best |")
+        out.append("|---:|---:|" + "---:|" * len(names) + "---|")
+        for size in sorted({r["bytes"] for r in results}):
+            rows = {r["algorithm"]: r for r in results if r["bytes"] == size}
+            native = rows.get("native")
+            cells = []
+            for name in names:
+                row = rows.get(name)
+                cells.append("-" if row is None or row["vs_native"] is None
+                             else f"{row['vs_native']:.2f}x")
+            ranked = [rows[n] for n in names if n in rows and rows[n]["vs_native"]]
+            best = max(ranked, key=lambda r: r["vs_native"], default=None)
+            native_us = f"{native['time_us']:.1f}" if native else "-"
+            best_text = f"{best['algorithm']} {best['vs_native']:.2f}x" if best else "-"
+            out.append(f"| {human_size(size)} | {native_us} | " + " | ".join(cells) +
+                       f" | {best_text} |")
+        wrong = sum(r["wrong"] for r in results)
+        out.append(f"\n#wrong over the run: {wrong}\n")
+    return "\n".join(out)

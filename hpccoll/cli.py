@@ -1,4 +1,4 @@
-"""The ``hpccoll`` command: ``bench``, ``verify`` and ``list``."""
+"""The ``hpccoll`` command: ``bench``, ``verify``, ``report`` and ``list``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--max-power-of-two", type=int, default=256,
                         help="then powers of two up to this, default 256")
     verify.add_argument("--seed", type=int, default=0)
+
+    summary = sub.add_parser("report", help="markdown tables from bench --json files")
+    summary.add_argument("files", nargs="+", metavar="FILE")
 
     listing = sub.add_parser("list", help="the registered algorithms")
     listing.add_argument("--markdown", action="store_true", help="as a markdown table")
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "verify":
         return _verify(args)
+    if args.command == "report":
+        from . import bench
+        print(bench.report(args.files))
+        return 0
     return _list(args)
 
 

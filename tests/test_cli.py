@@ -46,6 +46,12 @@ def test_bench_writes_checked_results(collective, tmp_path):
             assert row["vs_native"] == pytest.approx(native / row["time_us"])
             factor = 2 * 2 / 3 if collective == "allreduce" else 2 / 3
             assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor)
+    table = hpccoll("report", str(out))
+    assert table.returncode == 0
+    assert f"### {collective}, 3 ranks, float32" in table.stdout
+    body = [l for l in table.stdout.splitlines() if l.startswith("| ") and "size" not in l]
+    assert len(body) == len(sizes) and body[0].startswith("| 4 |")
+    assert "#wrong over the run: 0" in table.stdout
 
 
 def test_bench_rejects_an_algorithm_that_does_not_apply():
