@@ -9,7 +9,8 @@ Drop-in replacements for mpi4py's buffer collectives with a choice of algorithm:
 from .api import (PersistentRequest, Request, allgather, allgather_init, allreduce,
                   allreduce_init, alltoall, alltoall_init, alltoallv, alltoallv_init,
                   iallgather, iallreduce, ialltoall, ialltoallv, ireduce_scatter, reduce_scatter,
-                  reduce_scatter_init)
+                  reduce_scatter_init, set_topology, topology)
+from .topology import Topology
 from .executor import CollectiveTimeout
 from .settings import configure
 from .verify import VerificationError
@@ -20,4 +21,4 @@ __all__ = ["allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
            "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
            "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
            "allreduce_init", "Request", "PersistentRequest", "CollectiveTimeout",
-           "VerificationError", "configure"]
+           "VerificationError", "configure", "set_topology", "topology", "Topology"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -22,6 +22,7 @@ from mpi4py import MPI
 from . import buffers, kernels, registry, settings, tuning
 from .executor import Operation, Plan, deadline_from, wait_requests
 from .schedule import Call, buffer_sizes, offsets
+from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 from .verify import IN_PLACE_COLLECTIVES
 
 PLANS_PER_COMM = 128
@@ -33,8 +34,9 @@ class Context:
     """hpccoll's state for one user communicator: a private duplicate, the plan cache and the
     tag-slot counter of non-blocking and persistent operations."""
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, topology: Topology):
         self.comm = comm
+        self.topology = topology
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self.calls: OrderedDict[tuple, Prepared] = OrderedDict()
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
@@ -94,9 +96,33 @@ def context(comm: MPI.Comm) -> Context:
     if found is None:
         dup, request = comm.Idup()
         wait_requests([request], "creating hpccoll's private communicator (Comm.Idup)")
-        found = Context(dup)
+        found = Context(dup, detect_topology(dup))
         comm.Set_attr(_KEYVAL, found)
     return found
+
+
+def set_topology(comm: MPI.Comm, topology: Topology | str) -> Topology:
+    """Use ``topology`` (a :class:`~hpccoll.topology.Topology`, a spec such as
+    ``"nodes=2,ppn=4"``, or a JSON file) for ``comm`` instead of the detected one.  Every rank
+    must pass the same; the first use of ``comm`` by hpccoll is collective."""
+    _check_comm(comm)
+    if isinstance(topology, str):
+        topology = topology_from_spec(topology, comm.Get_size())
+    elif not isinstance(topology, Topology):
+        raise TypeError("topology must be a Topology or a spec string")
+    if topology.size != comm.Get_size():
+        raise ValueError(f"topology describes {topology.size} ranks, the communicator has "
+                         f"{comm.Get_size()}")
+    ctx = context(comm)
+    ctx.topology = topology
+    ctx.calls.clear()
+    return topology
+
+
+def topology(comm: MPI.Comm) -> Topology:
+    """The topology hpccoll uses for ``comm`` (detected on first use, or set)."""
+    _check_comm(comm)
+    return context(comm).topology
 
 
 # ------------------------------------------------------------------------- argument checking
@@ -454,8 +480,10 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
             return found, None if sendbuf is MPI.IN_PLACE else sendbuf, recvbuf
     args, send, recv = _validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                  options=options)
+    resolve(args, algorithm)            # unknown names and constraints on p: before any message
+    ctx = context(comm)                 # (collective on first use: duplicate, topology)
+    args = replace(args, call=replace(args.call, topology=ctx.topology))
     algorithm = resolve(args, algorithm)
-    ctx = context(comm)
     prepared = Prepared(ctx, args, algorithm, buffers.kind(recv))
     if key is not None:
         ctx.remember(key, prepared)

@@ -1,4 +1,4 @@
-"""The ``hpccoll`` command: ``bench``, ``verify``, ``report`` and ``list``."""
+"""The ``hpccoll`` command: ``bench``, ``verify``, ``topology``, ``report`` and ``list``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="then powers of two up to this, default 256")
     verify.add_argument("--seed", type=int, default=0)
 
+    topo = sub.add_parser("topology", help="print the detected (or HPCCOLL_TOPOLOGY) topology "
+                                           "of MPI_COMM_WORLD (run under mpiexec/srun)")
+    topo.add_argument("--json", action="store_true", help="one region id per rank and level")
+
     summary = sub.add_parser("report", help="markdown tables from bench --json files")
     summary.add_argument("files", nargs="+", metavar="FILE")
 
@@ -73,6 +77,25 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _topology(args: argparse.Namespace) -> int:
+    import json
+    from mpi4py import MPI
+    from . import api
+    comm = MPI.COMM_WORLD
+    found = api.topology(comm)
+    names = comm.gather(MPI.Get_processor_name())
+    if comm.rank == 0:
+        if args.json:
+            print(json.dumps(dict(zip(found.levels, map(list, found.regions)))))
+        else:
+            print(found.describe())
+            for rank, host in enumerate(names):
+                where = ", ".join(f"{name} {found.regions[l][rank]}"
+                                  for l, name in enumerate(found.levels))
+                print(f"rank {rank:>4}  {host:<20} {where}")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     from . import registry
     rows = [(a.collective, a.name, a.family,
@@ -101,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "verify":
         return _verify(args)
+    if args.command == "topology":
+        return _topology(args)
     if args.command == "report":
         from . import bench
         print(bench.report(args.files))
