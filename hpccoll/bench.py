@@ -164,7 +164,8 @@ def iterations_for(size: int, iterations: int) -> int:
 
 
 def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
-    """'all' or a comma list -> names (native first); forced ones must apply at p."""
+    """'all' or a comma list -> names (native first); forced ones must apply at p ('auto' is
+    allowed: what algorithm="auto" picks, size by size)."""
     from .schedule import uniform_call
     call = uniform_call(collective, p, 0, 1)
     if spec == "all":
@@ -172,6 +173,8 @@ def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
     else:
         names = [n.strip() for n in spec.split(",") if n.strip() and n.strip() != registry.NATIVE]
         for name in names:
+            if name == "auto":
+                continue
             reason = registry.get(collective, name).violated(call)
             if reason:
                 raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
@@ -181,10 +184,13 @@ def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
-        out: TextIO | None = None) -> list[Result]:
+        out: TextIO | None = None, progress: bool = False) -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size; rank 0 prints
-    the table to ``out`` as it goes.  Returns the results (on every rank)."""
+    the table to ``out`` as it goes (and a progress bar on stderr with ``progress``).
+    Returns the results (on every rank)."""
     p = comm.size
+    bar = _progress_bar(len(sizes) * len(algorithms), collective) \
+        if progress and comm.rank == 0 else None
     dt = np.dtype(dtype)
     results: list[Result] = []
     say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
@@ -214,7 +220,47 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
             ratio = f"{result.vs_native:9.2f}x" if result.vs_native else f"{'-':>10}"
             say(f"  {result.bytes:>10} {name:>20} {n_iter:>6} {t:>11.2f} {algbw:>12.3f} "
                 f"{result.busbw_gbs:>12.3f} {ratio} {wrong:>7}")
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     return results
+
+
+def _progress_bar(total: int, collective: str) -> Any:
+    from tqdm import tqdm
+    return tqdm(total=total, desc=f"bench {collective}", unit="case", file=sys.stderr,
+                leave=False)
+
+
+def plot(results: list[Result], path: str) -> None:
+    """Bus bandwidth and time against message size, one line per algorithm (native dashed);
+    needs matplotlib (the ``plot`` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install 'hpccoll[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    first = results[0]
+    fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r.algorithm for r in results):
+        rows = [r for r in results if r.algorithm == name]
+        style = dict(linestyle="--", color="black") if name == registry.NATIVE else {}
+        sizes = [r.bytes for r in rows]
+        bw.plot(sizes, [r.busbw_gbs for r in rows], marker="o", ms=3, label=name, **style)
+        lat.plot(sizes, [r.time_us for r in rows], marker="o", ms=3, label=name, **style)
+    for axis, label in ((bw, "bus bandwidth (GB/s)"), (lat, "time (us)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("message size (bytes, OSU convention)")
+        axis.set_ylabel(label)
+        axis.grid(True, which="both", alpha=0.3)
+    lat.set_yscale("log")
+    bw.legend(fontsize=8)
+    fig.suptitle(f"hpccoll bench {first.collective}: {first.ranks} ranks, {first.dtype}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
@@ -232,10 +278,13 @@ def write_json(path: str, meta: dict[str, Any], results: list[Result]) -> None:
 def main(args: Any, argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
+    progress = args.progress if args.progress is not None else sys.stderr.isatty()
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
-                  args.iterations, args.warmup, args.check, sys.stdout)
+                  args.iterations, args.warmup, args.check, sys.stdout, progress)
     if args.json and comm.rank == 0:
         write_json(args.json, metadata(comm, argv), results)
+    if args.plot and comm.rank == 0:
+        plot(results, args.plot)
     wrong = sum(r.wrong for r in results)
     if wrong and comm.rank == 0:
         print(f"# {wrong} wrong element(s)", file=sys.stderr)

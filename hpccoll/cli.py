@@ -1,4 +1,5 @@
-"""The ``hpccoll`` command: ``bench``, ``verify``, ``topology``, ``report`` and ``list``."""
+"""The ``hpccoll`` command: ``bench``, ``tune``, ``explain``, ``verify``, ``topology``,
+``report`` and ``list``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                        help="check the data once per size and algorithm (default on)")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="plot bandwidth and time against "
+                                                          "size (needs matplotlib)")
+    bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on rank 0 (default: when stderr is a terminal)")
 
     verify = sub.add_parser("verify", help="run every rank's program in one process and "
                                            "check it (no MPI needed)")
@@ -44,6 +49,26 @@ def _parser() -> argparse.ArgumentParser:
     topo = sub.add_parser("topology", help="print the detected (or HPCCOLL_TOPOLOGY) topology "
                                            "of MPI_COMM_WORLD (run under mpiexec/srun)")
     topo.add_argument("--json", action="store_true", help="one region id per rank and level")
+
+    explain = sub.add_parser("explain", help="what algorithm='auto' picks for a call, and why")
+    explain.add_argument("collective", choices=COLLECTIVES)
+    explain.add_argument("--bytes", required=True, help="message size, benchmark convention "
+                                                        "(K/M/G suffixes)")
+    explain.add_argument("--ranks", type=int, help="communicator size (default: this job's)")
+    explain.add_argument("--topology", help="a topology spec or file (default: one node)")
+    explain.add_argument("--dtype", default="float32")
+
+    tune = sub.add_parser("tune", help="time every applicable algorithm per size on this job's "
+                                       "ranks and write a decision table (run under mpiexec)")
+    tune.add_argument("collectives", nargs="*", metavar="COLLECTIVE",
+                      help=f"default: {' '.join(BENCH_COLLECTIVES)}")
+    tune.add_argument("-m", "--sizes", default="8:16M")
+    tune.add_argument("-i", "--iterations", type=int, default=50)
+    tune.add_argument("-x", "--warmup", type=int, default=5)
+    tune.add_argument("--dtype", default="float32")
+    tune.add_argument("--out", default="hpccoll-tuning.json",
+                      help="decision table to write; merged into if it exists (other rank "
+                           "counts kept), default hpccoll-tuning.json")
 
     summary = sub.add_parser("report", help="markdown tables from bench --json files")
     summary.add_argument("files", nargs="+", metavar="FILE")
@@ -75,6 +100,62 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"{algorithm.collective:<15} {algorithm.name:<20} {count:>9} "
               f"{time.perf_counter() - start:>8.2f}  {outcome}", flush=True)
     return 1 if failed else 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import numpy as np
+    from . import bench, costmodel, registry, tuning
+    from .topology import from_spec
+    p = args.ranks
+    if p is None:
+        from mpi4py import MPI
+        p = MPI.COMM_WORLD.Get_size()
+    nbytes = bench.parse_size(args.bytes)
+    topology = from_spec(args.topology, p) if args.topology else None
+    call = costmodel.stand_in(args.collective, p, nbytes, np.dtype(args.dtype).itemsize,
+                              topology)
+    decision = tuning.decide(call, nbytes)
+    print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
+          f"({decision.source}: {decision.reason})")
+    machine = costmodel.machine_for(call)
+    print(f"cost model ({machine.name}):")
+    for algorithm in registry.algorithms(args.collective):
+        reason = algorithm.violated(call)
+        text = f"does not apply: needs {reason}" if reason else \
+            f"{costmodel.predict(call, algorithm.name, machine) * 1e6:10.1f} us"
+        print(f"  {algorithm.name:<20} {text}")
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import json
+    import os
+    from mpi4py import MPI
+    from . import bench, tuning
+    comm = MPI.COMM_WORLD
+    collectives = args.collectives or list(BENCH_COLLECTIVES)
+    table = None
+    if os.path.exists(args.out):
+        table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
+    for collective in collectives:
+        names = bench.selected_algorithms(collective, "all", comm.size)
+        results = bench.run(comm, collective, names, bench.size_range(args.sizes), args.dtype,
+                            args.iterations, args.warmup, check=True,
+                            out=sys.stdout if comm.rank == 0 else None)
+        if any(r.wrong for r in results):
+            if comm.rank == 0:
+                print(f"hpccoll tune: wrong results for {collective}; no table written",
+                      file=sys.stderr)
+            return 1
+        timings: dict[int, dict[str, float]] = {}
+        for r in results:
+            timings.setdefault(r.bytes, {})[r.algorithm] = r.time_us
+        table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings))
+    if comm.rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(table, f, indent=1)
+        print(f"# decision table for {comm.size} rank(s) written to {args.out}")
+    return 0
 
 
 def _topology(args: argparse.Namespace) -> int:
@@ -119,13 +200,17 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench
         try:
             return bench.main(args, ["hpccoll"] + argv)
-        except ValueError as error:
+        except (ValueError, RuntimeError) as error:
             print(f"hpccoll bench: {error}", file=sys.stderr)
             return 2
     if args.command == "verify":
         return _verify(args)
     if args.command == "topology":
         return _topology(args)
+    if args.command == "explain":
+        return _explain(args)
+    if args.command == "tune":
+        return _tune(args)
     if args.command == "report":
         from . import bench
         print(bench.report(args.files))

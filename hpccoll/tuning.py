@@ -1,30 +1,176 @@
-"""What ``algorithm="auto"`` resolves to.
+"""What ``algorithm="auto"`` resolves to, and the decision tables behind it.
 
-The built-in rule per collective comes from the measurements recorded in ``perf/`` (MPICH
-wheel, shared memory, 2-4 ranks): the direct algorithms win where the endpoint can keep all
-transfers in flight at once; the ring ones when the per-rank data is large and p grows.
-Only algorithms whose constraints hold for the call are candidates.
+Resolution order (the first that names an algorithm whose constraints hold for the call):
+
+1. ``HPCCOLL_<COLLECTIVE>_ALGORITHM`` (e.g. ``HPCCOLL_ALLREDUCE_ALGORITHM=ring``);
+2. the decision table in ``HPCCOLL_TUNING_FILE`` (written by ``hpccoll tune``);
+3. the decision table shipped with the package (``hpccoll/tuning.json``, from the runs
+   recorded in ``perf/``);
+4. the cost model (:mod:`hpccoll.costmodel`): the applicable algorithm with the lowest
+   predicted time on the call's topology.
+
+A decision table, in the spirit of Open MPI's dynamic rules files::
+
+    {"format": "hpccoll-tuning/1",
+     "collectives": {
+       "allreduce": [
+         {"ranks": [2, 2], "rules": [{"max_bytes": 2048, "algorithm": "native"},
+                                     {"max_bytes": null, "algorithm": "ring"}]},
+         {"ranks": [3, 4], "rules": [...]}]}}
+
+For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the block per rank
+for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),
+the first entry whose ``ranks`` range holds p is used, and in it the first rule with
+``nbytes <= max_bytes`` (``null``: no limit).  ``auto`` is resolved when a call's signature is
+first seen on a communicator; later identical calls reuse the choice.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
 from . import registry
 from .schedule import Call
 
-# (collective) -> list of (largest message in bytes, algorithm); the last entry is open-ended
-RULES: dict[str, list[tuple[float, str]]] = {
-    "allgather": [(float("inf"), "direct")],
-    "alltoall": [(float("inf"), "direct")],
-    "alltoallv": [(float("inf"), "direct")],
-    "reduce_scatter": [(float("inf"), "direct")],
-    "allreduce": [(float("inf"), "ring")],
-}
+FORMAT = "hpccoll-tuning/1"
+SHIPPED = Path(__file__).with_name("tuning.json")
+
+
+@dataclass(frozen=True)
+class Decision:
+    algorithm: str
+    source: str          # environment, tuning file, shipped table, cost model
+    reason: str
 
 
 def choose(call: Call, nbytes: int) -> str:
-    """The algorithm ``auto`` picks for ``call`` moving ``nbytes`` (the collective's size
-    in the benchmark's convention)."""
-    for limit, name in RULES[call.collective]:
-        if nbytes <= limit and registry.get(call.collective, name).violated(call) is None:
-            return name
-    return registry.NATIVE
+    """The algorithm ``auto`` picks for ``call`` moving ``nbytes``."""
+    return decide(call, nbytes).algorithm
+
+
+def decide(call: Call, nbytes: int) -> Decision:
+    """:func:`choose` with where the choice came from and why; candidates that do not apply
+    to the call are passed over (and said so in the reason)."""
+    skipped = []
+    variable = f"HPCCOLL_{call.collective.upper()}_ALGORITHM"
+    forced = os.environ.get(variable, "").strip()
+    if forced:
+        verdict = _applicable(call, forced)
+        if verdict is None:
+            return Decision(forced, "environment", f"{variable}={forced}")
+        skipped.append(f"{variable}={forced} does not apply ({verdict})")
+    for source, path in (("tuning file", os.environ.get("HPCCOLL_TUNING_FILE")),
+                         ("shipped table", str(SHIPPED) if SHIPPED.exists() else None)):
+        if not path:
+            continue
+        table = load_table(path, _mtime(path))
+        rule = lookup(table, call.collective, call.p, nbytes)
+        if rule is None:
+            skipped.append(f"{source} {path} has no rule for {call.collective} on {call.p} "
+                           "ranks")
+            continue
+        name, ranks, limit = rule
+        verdict = _applicable(call, name)
+        if verdict is None:
+            bound = "any size" if limit is None else f"<= {limit} B"
+            return Decision(name, source, f"{path}: {call.collective}, ranks {ranks[0]}-"
+                                          f"{ranks[1]}, {bound}" + _also(skipped))
+        skipped.append(f"{source} picks {name}, which does not apply ({verdict})")
+    from . import costmodel
+    name, predicted = costmodel.best(call)
+    return Decision(name, "cost model", f"lowest predicted time {predicted * 1e6:.1f} us on "
+                                        f"{_where(call)}" + _also(skipped))
+
+
+def _also(skipped: list[str]) -> str:
+    return "" if not skipped else "; passed over: " + "; ".join(skipped)
+
+
+def _where(call: Call) -> str:
+    return "one node" if call.topology is None else call.topology.describe()
+
+
+def _applicable(call: Call, name: str) -> str | None:
+    """None if algorithm ``name`` can serve ``call``, else why not (ValueError if unknown)."""
+    if name == registry.NATIVE:
+        return None
+    return registry.get(call.collective, name).violated(call)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return -1.0
+
+
+@lru_cache(maxsize=8)
+def load_table(path: str, mtime: float) -> dict[str, Any]:
+    """A decision table from ``path`` (cached per modification time); ValueError if it is not
+    one."""
+    if mtime < 0:
+        raise ValueError(f"tuning file {path} does not exist")
+    with open(path) as f:
+        table = json.load(f)
+    check_table(table, path)
+    return table
+
+
+def check_table(table: Any, where: str = "tuning table") -> None:
+    if not isinstance(table, dict) or table.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a decision table (format {FORMAT!r} expected)")
+    for collective, entries in table.get("collectives", {}).items():
+        for entry in entries:
+            low, high = entry["ranks"]
+            if not 1 <= low <= high:
+                raise ValueError(f"{where}: {collective} has a bad ranks range {entry['ranks']}")
+            limits = [r["max_bytes"] for r in entry["rules"]]
+            finite = limits[:-1]
+            if not limits or limits[-1] is not None or None in finite or \
+                    finite != sorted(set(finite)):
+                raise ValueError(f"{where}: {collective} ranks {entry['ranks']}: rules must "
+                                 "have increasing max_bytes and end with null")
+
+
+def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int
+           ) -> tuple[str, tuple[int, int], int | None] | None:
+    """(algorithm, ranks range, max_bytes) of the rule for a call, or None."""
+    for entry in table.get("collectives", {}).get(collective, []):
+        low, high = entry["ranks"]
+        if low <= p <= high:
+            for rule in entry["rules"]:
+                if rule["max_bytes"] is None or nbytes <= rule["max_bytes"]:
+                    return rule["algorithm"], (low, high), rule["max_bytes"]
+    return None
+
+
+def rules_from_timings(timings: dict[int, dict[str, float]]) -> list[dict[str, Any]]:
+    """Rules from ``{size: {algorithm: time}}``: the fastest per measured size, runs of equal
+    winners merged; a rule covers up to the last size it won (the last rule: any size)."""
+    rules: list[dict[str, Any]] = []
+    for size in sorted(timings):
+        winner = min(timings[size], key=timings[size].get)
+        if rules and rules[-1]["algorithm"] == winner:
+            rules[-1]["max_bytes"] = size
+        else:
+            rules.append({"max_bytes": size, "algorithm": winner})
+    if rules:
+        rules[-1]["max_bytes"] = None
+    return rules
+
+
+def merge(table: dict[str, Any] | None, collective: str, p: int,
+          rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """``table`` with the rules for ``collective`` at exactly p ranks replaced by ``rules``
+    (entries for other rank counts kept, sorted by range)."""
+    table = table or {"format": FORMAT, "collectives": {}}
+    entries = [e for e in table["collectives"].get(collective, []) if e["ranks"] != [p, p]]
+    entries.append({"ranks": [p, p], "rules": rules})
+    table["collectives"][collective] = sorted(entries, key=lambda e: e["ranks"])
+    check_table(table)
+    return table

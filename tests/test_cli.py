@@ -91,3 +91,43 @@ def test_list_markdown_has_every_algorithm():
     assert done.returncode == 0
     rows = done.stdout.splitlines()[2:]
     assert len(rows) == len(registry.algorithms())
+
+
+def test_bench_plots(tmp_path):
+    png = tmp_path / "bench.png"
+    done = hpccoll("bench", "allgather", "-a", "ring", "-m", "8:1K", "-i", "3", "-x", "1",
+                   "--plot", str(png), ranks=2)
+    assert done.returncode == 0, done.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_tune_writes_a_table_that_auto_follows(tmp_path):
+    from hpccoll import tuning
+    table = tmp_path / "tuning.json"
+    for ranks in (2, 3):          # merged: both rank counts end up in one table
+        done = hpccoll("tune", "allreduce", "alltoall", "-m", "8:4K", "-i", "5",
+                       "--out", str(table), ranks=ranks)
+        assert done.returncode == 0, done.stderr
+    loaded = tuning.load_table(str(table), table.stat().st_mtime)
+    assert [e["ranks"] for e in loaded["collectives"]["allreduce"]] == [[2, 2], [3, 3]]
+    name, ranks, _ = tuning.lookup(loaded, "alltoall", 3, 64)
+    assert ranks == (3, 3)
+    explained = subprocess.run(
+        [sys.executable, "-m", "hpccoll", "explain", "alltoall", "--bytes", "64",
+         "--ranks", "3"], capture_output=True, text=True,
+        env={**os.environ, "HPCCOLL_TUNING_FILE": str(table)})
+    assert f"auto picks {name} (tuning file" in explained.stdout
+
+
+def test_explain_uses_the_environment_then_the_cost_model():
+    env = {**os.environ, "HPCCOLL_ALLGATHER_ALGORITHM": "ring"}
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allgather",
+                           "--bytes", "1M", "--ranks", "4"], capture_output=True, text=True,
+                          env=env)
+    assert "auto picks ring (environment: HPCCOLL_ALLGATHER_ALGORITHM=ring)" in done.stdout
+    env = {**os.environ, "HPCCOLL_ALLTOALL_ALGORITHM": "xor"}
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "alltoall",
+                           "--bytes", "8", "--ranks", "6"], capture_output=True, text=True,
+                          env=env)
+    assert "passed over: HPCCOLL_ALLTOALL_ALGORITHM=xor does not apply" in done.stdout
+    assert "xor                  does not apply: needs p is a power of two" in done.stdout

@@ -1,0 +1,142 @@
+"""An alpha-beta cost model of schedules, per link class.
+
+A :class:`Machine` gives each link class (``intra``: ranks on one node, ``inter``: ranks on
+different nodes) a start-up time alpha, a bandwidth, and whether a rank's concurrent messages
+of that class each get a link of their own (a full mesh such as NVSwitch or Infinity Fabric:
+the step costs the slowest message) or share one port (a NIC, or a memory bus: the step costs
+the sum).  A step of a rank costs the larger of its send and receive sides, plus its local
+reduction and copy work, plus a fixed software overhead per step; a program costs the sum over
+steps of the slowest rank's step.  Steps do not really run in lockstep, so this is an
+estimate of the critical path, good for ranking algorithms, not a simulator of contention.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+from . import registry
+from .schedule import Call, Copy, Program, Reduce, Step, uniform_call
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha: float          # seconds per message
+    bandwidth: float      # bytes per second per link
+    parallel: bool        # concurrent messages of one rank use separate links
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    intra: Link
+    inter: Link
+    step_overhead: float = 0.0        # software cost of a step with transfers (s)
+    reduce_bandwidth: float = 4e9     # bytes/s of a local reduction (per input byte)
+    copy_bandwidth: float = 8e9       # bytes/s of a local copy
+
+
+_SHARED = Link(alpha=1.5e-6, bandwidth=5e9, parallel=False)
+MACHINES = {
+    # one host, MPI over shared memory, Python driving each step (what CI measures)
+    "shared-memory": Machine("shared-memory", _SHARED, _SHARED, step_overhead=3e-6),
+    # CPU nodes on a 100 Gb/s fabric
+    "cluster": Machine("cluster", _SHARED, Link(3e-6, 12.5e9, False), step_overhead=3e-6),
+    # 8 H100 per node, NVLink full mesh (the seed's 64 GB/s per directed link), one
+    # 400 Gb/s NIC per GPU between nodes; GPU reductions at HBM speed
+    "h100": Machine("h100", Link(2e-6, 64e9, True), Link(5e-6, 50e9, False),
+                    step_overhead=5e-6, reduce_bandwidth=1e12, copy_bandwidth=1e12),
+    # the same with the seed's slow 6.25 GB/s inter-node links
+    "h100-slow-ib": Machine("h100-slow-ib", Link(2e-6, 64e9, True), Link(5e-6, 6.25e9, False),
+                            step_overhead=5e-6, reduce_bandwidth=1e12, copy_bandwidth=1e12),
+}
+
+
+def machine_for(call: Call) -> Machine:
+    """``HPCCOLL_MACHINE`` (a preset name) if set, else shared memory for one node and a
+    cluster otherwise."""
+    name = os.environ.get("HPCCOLL_MACHINE")
+    if name:
+        if name not in MACHINES:
+            raise ValueError(f"unknown HPCCOLL_MACHINE {name!r}; presets: {sorted(MACHINES)}")
+        return MACHINES[name]
+    one_node = call.topology is None or call.topology.count(0) == 1
+    return MACHINES["shared-memory" if one_node else "cluster"]
+
+
+def _side(machine: Machine, node: tuple[int, ...] | None, rank: int,
+          messages: Iterable[tuple[int, int]]) -> float:
+    """Time of one side (sends or receives) of a step: (peer, bytes) messages."""
+    by_class: dict[str, list[float]] = {}
+    for peer, size in messages:
+        inter = node is not None and node[peer] != node[rank]
+        link = machine.inter if inter else machine.intra
+        by_class.setdefault("inter" if inter else "intra", []).append(
+            link.alpha + size / link.bandwidth)
+    total = 0.0
+    for cls, times in by_class.items():
+        link = machine.inter if cls == "inter" else machine.intra
+        total = max(total, max(times) if link.parallel else sum(times))
+    return total
+
+
+def step_time(machine: Machine, step: Step, rank: int, itemsize: int,
+              node: tuple[int, ...] | None) -> float:
+    """Predicted time of one rank's step."""
+    send = _side(machine, node, rank, ((s.peer, s.count * itemsize) for s in step.sends))
+    recv = _side(machine, node, rank, ((r.peer, r.count * itemsize) for r in step.recvs))
+    work = 0.0
+    for op in (*step.local, *(op for r in step.recvs for op in r.on_arrival)):
+        if isinstance(op, Reduce):
+            work += op.dst.count * itemsize * len(op.srcs) / machine.reduce_bandwidth
+        elif isinstance(op, Copy):
+            work += op.dst.count * itemsize / machine.copy_bandwidth
+    overhead = machine.step_overhead if step.sends or step.recvs else 0.0
+    return max(send, recv) + work + overhead
+
+
+def program_time(programs: dict[int, Program], itemsize: int, machine: Machine,
+                 node: tuple[int, ...] | None = None) -> float:
+    """Sum over steps of the slowest rank's step, for the given ranks' programs."""
+    steps = max((len(p.steps) for p in programs.values()), default=0)
+    total = 0.0
+    for s in range(steps):
+        total += max((step_time(machine, prog.steps[s], rank, itemsize, node)
+                      for rank, prog in programs.items() if s < len(prog.steps)), default=0.0)
+    return total
+
+
+def sample_ranks(p: int, limit: int = 64) -> list[int]:
+    """All ranks up to ``limit``, else ``limit`` ranks spread evenly (first and last kept)."""
+    if p <= limit:
+        return list(range(p))
+    return sorted({round(i * (p - 1) / (limit - 1)) for i in range(limit)})
+
+
+def predict(call: Call, name: str, machine: Machine | None = None) -> float:
+    """Predicted time of algorithm ``name`` for ``call`` (the call's rank is replaced by each
+    sampled rank)."""
+    machine = machine or machine_for(call)
+    planner = registry.get(call.collective, name).planner
+    programs = {r: planner(replace(call, rank=r)) for r in sample_ranks(call.p)}
+    node = call.topology.regions[0] if call.topology is not None else None
+    return program_time(programs, call.itemsize, machine, node)
+
+
+def best(call: Call, machine: Machine | None = None) -> tuple[str, float]:
+    """The applicable registered algorithm with the lowest predicted time for ``call``."""
+    candidates = [a.name for a in registry.algorithms(call.collective)
+                  if a.violated(call) is None]
+    timed = [(predict(call, name, machine), order, name)      # ties: registration order
+             for order, name in enumerate(candidates)]
+    time, _, name = min(timed)
+    return name, time
+
+
+def stand_in(collective: str, p: int, nbytes: int, itemsize: int = 4, topology=None) -> Call:
+    """A uniform call of ``nbytes`` in the benchmark convention (for ``hpccoll explain``)."""
+    count = max(nbytes // itemsize, 0)
+    if collective == "reduce_scatter":
+        count //= p
+    return uniform_call(collective, p, 0, count, itemsize=itemsize, topology=topology)
