@@ -6,18 +6,18 @@ Drop-in replacements for mpi4py's buffer collectives with a choice of algorithm:
     hpccoll.allreduce(comm, sendbuf, recvbuf, algorithm="ring")   # or "auto", "native", ...
 """
 
-from .api import (PersistentRequest, Request, allgather, allgather_init, allreduce,
-                  allreduce_init, alltoall, alltoall_init, alltoallv, alltoallv_init,
+from .api import (PersistentRequest, Request, allgather, allgather_init, allgather_stream,
+                  allreduce, allreduce_init, alltoall, alltoall_init, alltoallv, alltoallv_init,
                   iallgather, iallreduce, ialltoall, ialltoallv, ireduce_scatter, reduce_scatter,
                   reduce_scatter_init, set_topology, topology)
-from .topology import Topology
 from .executor import CollectiveTimeout
 from .settings import configure
+from .topology import Topology
 from .verify import VerificationError
 
 __version__ = "0.1.0"
 
-__all__ = ["allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
+__all__ = ["allgather", "allgather_stream", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
            "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
            "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
            "allreduce_init", "Request", "PersistentRequest", "CollectiveTimeout",

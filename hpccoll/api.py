@@ -10,11 +10,12 @@ algorithm constraints, NotImplementedError for unsupported combinations.
 
 from __future__ import annotations
 
+import bisect
 import time
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 from mpi4py import MPI
@@ -515,6 +516,25 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: An
     own block from its place in ``recvbuf``)."""
     _run("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
          options=options)
+
+
+def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
+                     recvcounts: Any = None, algorithm: str = "ring",
+                     options: Mapping[str, Any] | None = None
+                     ) -> Iterator[list[tuple[int, slice]]]:
+    """:func:`allgather` as an iterator for overlapping computation with communication: after
+    each step it yields ``[(source rank, slice of recvbuf), ...]`` for the data that step
+    delivered (the own block comes with the first), with the next step's transfers already in
+    flight.  ``ring`` yields one block per step, ``multiring`` one chunk per cycle."""
+    prepared, send, recv = prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
+                                   algorithm=algorithm, options=options)
+    if prepared.plan is None:
+        raise NotImplementedError("allgather_stream needs a scheduled algorithm, not native")
+    operation = prepared.start(send, recv, BLOCKING_TAGS, cache=True)
+    starts = offsets(prepared.args.call.counts)
+    for regions in operation.stream():
+        yield [(bisect.bisect_right(starts, offset) - 1, slice(offset, offset + count))
+               for offset, count in regions]
 
 
 def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",

@@ -19,7 +19,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from mpi4py import MPI
@@ -93,6 +93,7 @@ class _CompiledStep:
     packs: list[tuple[Callable, tuple]]
     local: list[tuple]
     arrivals: dict[int, list[tuple]]      # request index -> ops on arrival
+    results: list[tuple[int, int]]        # (offset, count) of the receive buffer it writes
 
 
 class Plan:
@@ -200,7 +201,7 @@ class Binding:
             requests.append(comm.Send_init(buffers.mpi_buffer(out, self.mpi_type), send.peer, tag))
             peers.append(("to", send.peer))
         return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
-                             arrivals)
+                             arrivals, _results(step))
 
     def _op(self, op: LocalOp) -> tuple:
         if isinstance(op, Copy):
@@ -241,6 +242,15 @@ class Binding:
 _COPY, _REDUCE, _GATHER, _SCATTER = range(4)
 
 
+def _results(step: Step) -> list[tuple[int, int]]:
+    """The receive-buffer regions a step writes: its receives and the targets of its local and
+    arrival operations, as (offset, count)."""
+    written = [r for recv in step.recvs for r in recv.regions]
+    written += [op.dst for op in step.local]
+    written += [op.dst for recv in step.recvs for op in recv.on_arrival]
+    return [(r.offset, r.count) for r in written if r.buffer == RECV and r.count]
+
+
 def _alive() -> bool:
     return True
 
@@ -279,7 +289,8 @@ class Operation:
     """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
     ``test`` advances as far as it can without blocking."""
 
-    __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done")
+    __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done",
+                 "computed")
 
     def __init__(self, binding: Binding, reduce: kernels.Reducer | None,
                  on_done: Callable[[], None]):
@@ -290,6 +301,7 @@ class Operation:
         self.limit = settings.current.timeout
         self.deadline: float | None = None
         self.done = False
+        self.computed: list[tuple[int, int]] = []     # results of steps without transfers
 
     def start(self) -> "Operation":
         self.binding.busy = True
@@ -313,20 +325,41 @@ class Operation:
                 if self.limit is not None:
                     self.deadline = time.monotonic() + self.limit
                 return
+            self.computed += step.results
             self.position += 1
         self._finish()
+
+    def _complete(self, step: _CompiledStep) -> None:
+        """Wait for the current step, then post the next."""
+        if MPI.Request.Testall(step.requests):
+            if step.arrivals:
+                self._arrived(step, step.arrivals)
+        else:
+            self._wait_step(step)
+        self.position += 1
+        self._post()
 
     def wait(self) -> None:
         steps = self.binding.steps
         while not self.done:
+            self._complete(steps[self.position])
+
+    def stream(self) -> Iterator[list[tuple[int, int]]]:
+        """Run to the end, yielding after each step the (offset, count) regions of the receive
+        buffer it wrote, with the next step's transfers already posted, so the caller
+        computes on what arrived while the rest is in flight."""
+        steps = self.binding.steps
+        while not self.done:
             step = steps[self.position]
-            if MPI.Request.Testall(step.requests):
-                if step.arrivals:
-                    self._arrived(step, step.arrivals)
-            else:
-                self._wait_step(step)
-            self.position += 1
-            self._post()
+            self._complete(step)
+            yield step.results + self._take_computed()
+        computed = self._take_computed()
+        if computed:
+            yield computed
+
+    def _take_computed(self) -> list[tuple[int, int]]:
+        done, self.computed = self.computed, []
+        return done
 
     def test(self) -> bool:
         steps = self.binding.steps

@@ -208,3 +208,30 @@ def test_repeated_calls_reuse_and_release_bindings(mpi_ranks, comm):
         view = big[offset:offset + 40 * p]
         hpccoll.allgather(comm, send, view, algorithm="direct")
         check(view, want, f"view at {offset}")
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=120)
+def test_allgather_stream_yields_data_as_it_arrives(mpi_ranks, comm):
+    """Every yielded slice already holds its final data; together they cover the output once;
+    there is one yield per step of the schedule."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    counts = [5 + (i % 3) for i in range(p)]
+    send = data(r, counts[r], "float64")
+    want = np.zeros(sum(counts))
+    comm.Allgatherv(send, [want, counts])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    for name in algorithms_for("allgather", comm):
+        got = np.full(sum(counts), np.nan)
+        seen = np.zeros(sum(counts), int)
+        yields = 0
+        for arrived in hpccoll.allgather_stream(comm, send, got, recvcounts=counts,
+                                                algorithm=name):
+            yields += 1
+            for source, where in arrived:
+                assert starts[source] <= where.start < where.stop <= starts[source] + counts[source]
+                check(got[where], want[where], f"{name}: {where} from {source}")
+                seen[where] += 1
+        assert (seen == 1).all(), name
+        if name == "ring":
+            assert yields == max(p - 1, 1)
