@@ -26,7 +26,7 @@ from typing import Any, Callable, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import api, registry
+from . import api, registry, settings
 from .schedule import even_split
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -143,8 +143,61 @@ class Case:
         return self.comm.allreduce(bad, op=MPI.SUM)
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """Fault injection: ``rank`` starts every call ``delay`` seconds late, and/or pauses for
+    ``pause`` seconds with probability ``probability`` before each step of a scheduled
+    algorithm (before the call for native, which cannot be entered mid-way)."""
+
+    rank: int
+    delay: float = 0.0
+    probability: float = 0.0
+    pause: float = 0.0
+
+    @classmethod
+    def parse(cls, delay: str | None, pause: str | None) -> "Straggler | None":
+        """``--delay RANK:MICROSECONDS``, ``--pause RANK:PROB:MICROSECONDS``."""
+        if not delay and not pause:
+            return None
+        ranks, fields = set(), {}
+        try:
+            if delay:
+                rank, us = delay.split(":")
+                ranks.add(int(rank))
+                fields["delay"] = float(us) * 1e-6
+            if pause:
+                rank, prob, us = pause.split(":")
+                ranks.add(int(rank))
+                fields["probability"], fields["pause"] = float(prob), float(us) * 1e-6
+        except ValueError:
+            raise ValueError("use --delay RANK:MICROSECONDS and --pause RANK:PROB:MICROSECONDS")
+        if len(ranks) != 1:
+            raise ValueError("--delay and --pause must name the same rank")
+        straggler = cls(ranks.pop(), **fields)
+        if not 0 <= straggler.probability <= 1 or straggler.delay < 0 or straggler.pause < 0:
+            raise ValueError("--pause probability must be in [0, 1], times >= 0")
+        return straggler
+
+    def wrap(self, comm: MPI.Comm, name: str, run: Callable[[], None]) -> Callable[[], None]:
+        """``run`` as this rank runs it: late, with native's pauses before the call; the
+        scheduled algorithms' pauses come from the executor (settings.stall)."""
+        if comm.rank != self.rank:
+            return run
+        dice = np.random.default_rng(comm.rank)
+        stall_native = name == registry.NATIVE and self.probability > 0
+
+        def late() -> None:
+            if self.delay:
+                time.sleep(self.delay)
+            if stall_native and dice.random() < self.probability:
+                time.sleep(self.pause)
+            run()
+        return late
+
+
 def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int) -> float:
-    """Median over iterations of the slowest rank's time, in microseconds."""
+    """Median over iterations of the slowest rank's time, in microseconds (each iteration
+    timed from a barrier)."""
     for _ in range(warmup):
         run()
     times = np.zeros(iterations)
@@ -184,7 +237,8 @@ def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
-        out: TextIO | None = None, progress: bool = False) -> list[Result]:
+        out: TextIO | None = None, progress: bool = False,
+        straggler: Straggler | None = None) -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size; rank 0 prints
     the table to ``out`` as it goes (and a progress bar on stderr with ``progress``).
     Returns the results (on every rank)."""
@@ -198,6 +252,10 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {MPI.Get_library_version().splitlines()[0].strip()}")
     say(f"# time = median over iterations of the slowest rank; busbw factor "
         f"{busbw_factor(collective, p):.3f}; vs native = native time / time")
+    if straggler is not None:
+        say(f"# straggler: rank {straggler.rank} starts {straggler.delay * 1e6:g} us late, "
+            f"pauses {straggler.pause * 1e6:g} us before a step with probability "
+            f"{straggler.probability:g}")
     say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>6} {'time(us)':>11} {'algbw(GB/s)':>12} "
         f"{'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
     for size in sizes:
@@ -209,7 +267,10 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         for name in algorithms:
             runner = case.runner(name)
             wrong = case.wrong(runner) if check else 0
-            t = time_runs(comm, runner, n_iter, warmup)
+            if straggler is not None:
+                runner = straggler.wrap(comm, name, runner)
+            t = _timed_with(straggler if comm.rank == getattr(straggler, "rank", -1) else None,
+                            lambda: time_runs(comm, runner, n_iter, warmup))
             if name == registry.NATIVE:
                 native_time = t
             algbw = case.total * dt.itemsize / t / 1e3
@@ -225,6 +286,17 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     if bar is not None:
         bar.close()
     return results
+
+
+def _timed_with(straggler: Straggler | None, measure: Callable[[], float]) -> float:
+    """``measure()`` with this rank's step pauses switched on (when it is the straggler)."""
+    if straggler is None or not straggler.probability:
+        return measure()
+    previous = settings.configure(stall=(straggler.probability, straggler.pause))
+    try:
+        return measure()
+    finally:
+        settings.configure(**vars(previous))
 
 
 def _progress_bar(total: int, collective: str) -> Any:
@@ -264,6 +336,7 @@ def plot(results: list[Result], path: str) -> None:
 
 
 def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
+    """Where and how a run was made (the command, for the record)."""
     return {"command": " ".join(argv), "ranks": comm.size,
             "mpi": MPI.Get_library_version().splitlines()[0].strip(),
             "host": platform.node(), "python": platform.python_version(),
@@ -279,8 +352,11 @@ def main(args: Any, argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    straggler = Straggler.parse(args.delay, args.pause)
+    if straggler is not None and not 0 <= straggler.rank < comm.size:
+        raise ValueError(f"straggler rank {straggler.rank} is not in 0..{comm.size - 1}")
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
-                  args.iterations, args.warmup, args.check, sys.stdout, progress)
+                  args.iterations, args.warmup, args.check, sys.stdout, progress, straggler)
     if args.json and comm.rank == 0:
         write_json(args.json, metadata(comm, argv), results)
     if args.plot and comm.rank == 0:

@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
                                                           "size (needs matplotlib)")
     bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on rank 0 (default: when stderr is a terminal)")
+    bench.add_argument("--delay", metavar="RANK:US",
+                       help="straggler: this rank starts every call US microseconds late")
+    bench.add_argument("--pause", metavar="RANK:PROB:US",
+                       help="straggler: this rank pauses US microseconds before a step with "
+                            "probability PROB")
 
     verify = sub.add_parser("verify", help="run every rank's program in one process and "
                                            "check it (no MPI needed)")

@@ -16,6 +16,7 @@ naming the step and the peers not heard from.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from . import buffers, kernels, settings
 from .schedule import RECV, SCRATCH, SEND, Copy, LocalOp, Program, Reduce, Region, Step
 
 BINDINGS_PER_PLAN = 4
-YIELD_AFTER = 256           # polls without progress before each further poll yields the core
+YIELD_AFTER = 16
 
 
 class CollectiveTimeout(RuntimeError):
@@ -240,6 +241,7 @@ class Binding:
 
 
 _COPY, _REDUCE, _GATHER, _SCATTER = range(4)
+_STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)
 
 
 def _results(step: Step) -> list[tuple[int, int]]:
@@ -313,8 +315,11 @@ class Operation:
     def _post(self) -> None:
         """Post the current step (and run through steps that only compute)."""
         steps = self.binding.steps
+        stall = settings.current.stall
         while self.position < len(steps):
             step = steps[self.position]
+            if stall is not None and _STALLS.random() < stall[0]:
+                time.sleep(stall[1])
             if step.packs:
                 _run_ops(step.packs, self.reduce)
             if step.requests:

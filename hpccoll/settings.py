@@ -21,6 +21,9 @@ _UNSET = object()
 class Settings:
     timeout: float | None = DEFAULT_TIMEOUT
     check: bool = False
+    # fault injection for resilience benchmarks (``hpccoll bench --pause``): before posting
+    # each step, stall for ``seconds`` with probability ``probability``
+    stall: tuple[float, float] | None = None
 
 
 def _timeout(text: str | None) -> float | None:
@@ -43,11 +46,12 @@ def from_environment() -> Settings:
 current = from_environment()
 
 
-def configure(*, timeout: float | None | object = _UNSET, check: bool | object = _UNSET
-              ) -> Settings:
+def configure(*, timeout: float | None | object = _UNSET, check: bool | object = _UNSET,
+              stall: tuple[float, float] | None | object = _UNSET) -> Settings:
     """Change settings at run time (``timeout`` in seconds, None for no deadline; ``check``
-    mode on or off); returns the previous settings so they can be restored with
-    ``configure(**vars(previous))``."""
+    mode on or off; ``stall=(probability, seconds)`` makes this rank pause before a step at
+    random, for resilience benchmarks); returns the previous settings so they can be restored
+    with ``configure(**vars(previous))``."""
     global current
     previous = current
     changes = {}
@@ -55,5 +59,12 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
         changes["timeout"] = None if timeout is None else _timeout(str(timeout))
     if check is not _UNSET:
         changes["check"] = bool(check)
+    if stall is not _UNSET:
+        if stall is not None:
+            probability, seconds = stall
+            if not 0 <= probability <= 1 or seconds < 0:
+                raise ValueError("stall is (probability in [0, 1], seconds >= 0)")
+            stall = (float(probability), float(seconds))
+        changes["stall"] = stall
     current = replace(current, **changes)
     return previous

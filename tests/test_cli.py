@@ -131,3 +131,22 @@ def test_explain_uses_the_environment_then_the_cost_model():
                           env=env)
     assert "passed over: HPCCOLL_ALLTOALL_ALGORITHM=xor does not apply" in done.stdout
     assert "xor                  does not apply: needs p is a power of two" in done.stdout
+
+
+def test_bench_straggler_injection(tmp_path):
+    """A rank that starts every call 20 ms late makes every algorithm's time at least 20 ms;
+    one that pauses 5 ms before every step (probability 1) adds 5 ms per step of a scheduled
+    algorithm: the ring allreduce on 3 ranks has 4 steps."""
+    out = tmp_path / "late.json"
+    done = hpccoll("bench", "allreduce", "-a", "ring,direct", "-m", "1K", "-i", "3", "-x", "1",
+                   "--delay", "1:20000", "--json", str(out), ranks=3)
+    assert done.returncode == 0, done.stderr
+    assert "straggler: rank 1 starts 20000 us late" in done.stdout
+    assert all(r["time_us"] >= 20000 for r in json.loads(out.read_text())["results"])
+    done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "1K", "-i", "3", "-x", "1",
+                   "--pause", "2:1:5000", "--json", str(out), ranks=3)
+    assert done.returncode == 0, done.stderr
+    ring = [r for r in json.loads(out.read_text())["results"] if r["algorithm"] == "ring"]
+    assert ring[0]["time_us"] >= 4 * 5000
+    done = hpccoll("bench", "allreduce", "-m", "1K", "--pause", "1:2:5", ranks=2)
+    assert done.returncode == 2 and "probability must be in [0, 1]" in done.stderr
