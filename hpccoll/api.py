@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import buffers, kernels, registry, settings, tuning
-from .executor import Operation, Plan, deadline_from, wait_requests
+from .executor import NodeWindow, Operation, Plan, deadline_from, wait_requests
 from .schedule import Call, buffer_sizes, offsets
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 from .verify import IN_PLACE_COLLECTIVES
@@ -38,6 +38,7 @@ class Context:
     def __init__(self, comm: MPI.Comm, topology: Topology):
         self.comm = comm
         self.topology = topology
+        self.window: NodeWindow | None = None
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self.calls: OrderedDict[tuple, Prepared] = OrderedDict()
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
@@ -67,11 +68,19 @@ class Context:
             self.plans.move_to_end(key)
         return found
 
+    def node_window(self) -> NodeWindow:
+        """The shared window of this rank's node (made on first use: collective)."""
+        if self.window is None:
+            self.window = NodeWindow(self.comm, self.topology.regions[0])
+        return self.window
+
     def free(self) -> None:
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()
         self.calls.clear()
+        if self.window is not None:
+            self.window.free()
         self.comm.Free()
 
 
@@ -115,8 +124,15 @@ def set_topology(comm: MPI.Comm, topology: Topology | str) -> Topology:
         raise ValueError(f"topology describes {topology.size} ranks, the communicator has "
                          f"{comm.Get_size()}")
     ctx = context(comm)
-    ctx.topology = topology
-    ctx.calls.clear()
+    if topology != ctx.topology:
+        ctx.topology = topology
+        ctx.calls.clear()
+        for plan in ctx.plans.values():
+            plan.free()
+        ctx.plans.clear()
+        if ctx.window is not None:
+            ctx.window.free()
+            ctx.window = None
     return topology
 
 
@@ -398,7 +414,8 @@ class Prepared:
             send, recv, on_done = _stage_on_host(send, recv)
         if self.plan is None:
             return _NativeOperation(self.args, self.ctx.comm, send, recv, on_done)
-        binding = self.plan.binding(self.ctx.comm, send, recv, addresses, tags, cache)
+        window = self.ctx.node_window() if self.plan.program.window else None
+        binding = self.plan.binding(self.ctx.comm, send, recv, addresses, tags, cache, window)
         return Operation(binding, self.reduce, on_done).start()
 
     def release(self, tags: tuple[int, int]) -> None:
@@ -531,10 +548,19 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
     if prepared.plan is None:
         raise NotImplementedError("allgather_stream needs a scheduled algorithm, not native")
     operation = prepared.start(send, recv, BLOCKING_TAGS, cache=True)
-    starts = offsets(prepared.args.call.counts)
+    counts = prepared.args.call.counts
+    starts = offsets(counts)
     for regions in operation.stream():
-        yield [(bisect.bisect_right(starts, offset) - 1, slice(offset, offset + count))
-               for offset, count in regions]
+        pieces = []
+        for offset, count in regions:      # cut at block boundaries: one source per piece
+            stop = offset + count
+            source = bisect.bisect_right(starts, offset) - 1
+            while offset < stop:
+                end = min(stop, starts[source] + counts[source])
+                if end > offset:
+                    pieces.append((source, slice(offset, end)))
+                offset, source = max(offset, end), source + 1
+        yield pieces
 
 
 def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import buffers, kernels, settings
-from .schedule import RECV, SCRATCH, SEND, Copy, LocalOp, Program, Reduce, Region, Step
+from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Reduce, Region, Step
 
 BINDINGS_PER_PLAN = 4
 YIELD_AFTER = 16
@@ -86,6 +86,81 @@ def _cancel(request: MPI.Request) -> None:
         pass
 
 
+class NodeWindow:
+    """The segment shared by the ranks of each node (``MPI.Win.Allocate_shared`` on the node's
+    communicator), for programs that use the ``window`` buffer.
+
+    It is grown on demand (collectively over the node, which happens at the same call on every
+    rank of it because the size is a function of the call) and split in two halves that
+    successive calls use alternately, so one call's reads never race the next call's writes:
+    a rank writes a half again only after the following call's first sync, which every rank
+    of the node reaches after its reads of that half.  Memory model: a passive-target epoch
+    (``Lock_all``) for the window's life, and each sync is ``Win.Sync`` + node barrier +
+    ``Win.Sync``, as MPI's unified model requires for load/store access.
+    """
+
+    ALIGN = 64
+
+    def __init__(self, comm: MPI.Comm, node_of_rank: tuple[int, ...]):
+        self.node_comm = comm.Split(node_of_rank[comm.Get_rank()], comm.Get_rank())
+        shared = self.node_comm.Split_type(MPI.COMM_TYPE_SHARED)
+        together = shared.Get_size() == self.node_comm.Get_size()
+        shared.Free()
+        flags = np.zeros(comm.Get_size(), np.int8)
+        wait_requests([comm.Iallgather(np.array([together], np.int8), flags)],
+                      "checking that each node's ranks share memory")
+        if not flags.all():
+            self.node_comm.Free()
+            apart = np.flatnonzero(flags == 0).tolist()
+            raise ValueError(f"shared-window algorithms need the ranks of each node to share "
+                             f"memory, and ranks {apart} do not share memory with the rest of "
+                             f"their node (is the topology right?)")
+        self.win: MPI.Win | None = None
+        self.half = 0              # bytes per half
+        self.memory = np.empty(0, np.uint8)
+        self.generation = 0
+        self.parity = 0
+
+    def ensure(self, nbytes: int) -> None:
+        """Make each half at least ``nbytes`` (collective over the node when it grows)."""
+        if nbytes <= self.half:
+            return
+        half = -(-nbytes // self.ALIGN) * self.ALIGN
+        self._release()
+        size = 2 * half if self.node_comm.Get_rank() == 0 else 0
+        try:
+            self.win = MPI.Win.Allocate_shared(size, 1, comm=self.node_comm)
+        except MPI.Exception as error:
+            raise MemoryError(f"could not allocate a {2 * half}-byte shared window on the "
+                              f"node: {error}") from None
+        buffer, _ = self.win.Shared_query(0)
+        self.memory = np.frombuffer(buffer, np.uint8)
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        self.half = half
+        self.generation += 1
+
+    def view(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
+        """Half ``parity`` as ``count`` elements of ``dtype``."""
+        start = parity * self.half
+        return self.memory[start:start + count * dtype.itemsize].view(dtype)
+
+    def flip(self) -> int:
+        """The half the next call uses."""
+        self.parity ^= 1
+        return self.parity
+
+    def _release(self) -> None:
+        if self.win is not None:
+            self.memory = np.empty(0, np.uint8)
+            self.win.Unlock_all()
+            self.win.Free()
+            self.win = None
+
+    def free(self) -> None:
+        self._release()
+        self.node_comm.Free()
+
+
 @dataclass
 class _CompiledStep:
     index: int
@@ -95,6 +170,7 @@ class _CompiledStep:
     local: list[tuple]
     arrivals: dict[int, list[tuple]]      # request index -> ops on arrival
     results: list[tuple[int, int]]        # (offset, count) of the receive buffer it writes
+    sync: bool = False                    # a node barrier over the shared window
 
 
 class Plan:
@@ -109,10 +185,12 @@ class Plan:
         self.bindings: OrderedDict[tuple, Binding] = OrderedDict()
 
     def binding(self, comm: MPI.Comm, send: Any, recv: Any, addresses: tuple[int, int],
-                tags: tuple[int, int], cache: bool) -> "Binding":
+                tags: tuple[int, int], cache: bool,
+                window: NodeWindow | None = None) -> "Binding":
         """A binding of this plan to ``send``/``recv`` (at ``addresses``), step s tagged
-        ``base + s % span`` for ``tags = (base, span)``; cached ones are reused while their
-        buffers' memory is alive and no other operation uses them."""
+        ``base + s % span`` for ``tags = (base, span)``, and to the node ``window`` if the
+        program uses one; cached ones are reused while their buffers' memory (and the
+        window) is alive and no other operation uses them."""
         key = (addresses, tags)
         found = self.bindings.get(key)
         if found is not None:
@@ -124,7 +202,7 @@ class Plan:
                 del self.bindings[key]
                 found.free()
                 found = None
-        fresh = Binding(self, comm, send, recv, tags)
+        fresh = Binding(self, comm, send, recv, tags, window)
         if cache and found is None:
             self.bindings[key] = fresh
             while len(self.bindings) > BINDINGS_PER_PLAN:
@@ -154,7 +232,8 @@ def _staging_count(step: Step) -> int:
 class Binding:
     """A plan bound to buffers: views, scratch, staging and persistent requests."""
 
-    def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int]):
+    def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int],
+                 window: NodeWindow | None):
         self.plan = plan
         self.busy = False
         self.transient = False
@@ -167,16 +246,35 @@ class Binding:
         self.send_owner = buffers.owner_ref(send) if send is not None else _alive
         self.recv_owner = buffers.owner_ref(recv)
         self.mpi_type = buffers.mpi_datatype(dtype)
-        self.steps = [self._compile(comm, index, step, tags) for index, step in plan.steps]
+        self.window = window if plan.program.window else None
+        if self.window is None:
+            self.steps_by_parity = [[self._compile(comm, i, step, tags) for i, step in plan.steps]]
+            return
+        if self.array_kind != "numpy":
+            raise NotImplementedError("shared-window algorithms work on host (NumPy) buffers")
+        self.window.ensure(plan.program.window * dtype.itemsize)
+        self.generation = self.window.generation
+        self.steps_by_parity = []
+        for parity in (0, 1):
+            self.views[WINDOW] = self.window.view(parity, dtype, plan.program.window)
+            self.steps_by_parity.append([self._compile(comm, i, step, tags)
+                                         for i, step in plan.steps])
+
+    @property
+    def steps(self) -> list[_CompiledStep]:
+        return self.steps_by_parity[0]
 
     def alive(self) -> bool:
-        return self.send_owner() is not None and self.recv_owner() is not None
+        return self.send_owner() is not None and self.recv_owner() is not None and \
+            (self.window is None or self.window.generation == self.generation)
 
     def view(self, region: Region) -> Any:
         return self.views[region.buffer][region.offset:region.stop]
 
     def _compile(self, comm: MPI.Comm, index: int, step: Step,
                  tags: tuple[int, int]) -> _CompiledStep:
+        if step.sync:
+            return _CompiledStep(index, [], [], [], [], {}, [], sync=True)
         tag = tags[0] + index % tags[1]
         at = 0
         requests, peers, packs, arrivals = [], [], [], {}
@@ -207,6 +305,8 @@ class Binding:
     def _op(self, op: LocalOp) -> tuple:
         if isinstance(op, Copy):
             return (_COPY, self.view(op.dst), self.view(op.src))
+        if len(op.srcs) == 1:                                # a reduction of one term
+            return (_COPY, self.view(op.dst), self.view(op.srcs[0]))
         srcs = sorted(op.srcs, key=lambda r: r != op.dst)   # the accumulator first
         return (_REDUCE, self.view(op.dst), tuple(self.view(r) for r in srcs))
 
@@ -233,11 +333,12 @@ class Binding:
         return (_GATHER if gather else _SCATTER, calls)
 
     def free(self) -> None:
-        for step in self.steps:
-            for request in step.requests:
-                if request != MPI.REQUEST_NULL:
-                    request.Free()
-        self.steps = []
+        for steps in self.steps_by_parity:
+            for step in steps:
+                for request in step.requests:
+                    if request != MPI.REQUEST_NULL:
+                        request.Free()
+        self.steps_by_parity = [[]]
 
 
 _COPY, _REDUCE, _GATHER, _SCATTER = range(4)
@@ -292,7 +393,7 @@ class Operation:
     ``test`` advances as far as it can without blocking."""
 
     __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done",
-                 "computed")
+                 "computed", "steps")
 
     def __init__(self, binding: Binding, reduce: kernels.Reducer | None,
                  on_done: Callable[[], None]):
@@ -306,23 +407,30 @@ class Operation:
         self.computed: list[tuple[int, int]] = []     # results of steps without transfers
 
     def start(self) -> "Operation":
-        self.binding.busy = True
-        if self.binding.array_kind == "cupy":
-            buffers.synchronize(self.binding.views[RECV])
+        binding = self.binding
+        binding.busy = True
+        if binding.array_kind == "cupy":
+            buffers.synchronize(binding.views[RECV])
+        window = binding.window
+        self.steps = binding.steps_by_parity[window.flip() if window is not None else 0]
         self._post()
         return self
 
     def _post(self) -> None:
         """Post the current step (and run through steps that only compute)."""
-        steps = self.binding.steps
+        steps = self.steps
         stall = settings.current.stall
         while self.position < len(steps):
             step = steps[self.position]
             if stall is not None and _STALLS.random() < stall[0]:
                 time.sleep(stall[1])
-            if step.packs:
+            if step.sync:
+                window = self.binding.window
+                window.win.Sync()
+                step.requests = [window.node_comm.Ibarrier()]
+            elif step.packs:
                 _run_ops(step.packs, self.reduce)
-            if step.requests:
+            if step.requests and not step.sync:
                 MPI.Prequest.Startall(step.requests)
             if step.local:
                 _run_ops(step.local, self.reduce)
@@ -341,11 +449,13 @@ class Operation:
                 self._arrived(step, step.arrivals)
         else:
             self._wait_step(step)
+        if step.sync:
+            self.binding.window.win.Sync()
         self.position += 1
         self._post()
 
     def wait(self) -> None:
-        steps = self.binding.steps
+        steps = self.steps
         while not self.done:
             self._complete(steps[self.position])
 
@@ -353,7 +463,7 @@ class Operation:
         """Run to the end, yielding after each step the (offset, count) regions of the receive
         buffer it wrote, with the next step's transfers already posted, so the caller
         computes on what arrived while the rest is in flight."""
-        steps = self.binding.steps
+        steps = self.steps
         while not self.done:
             step = steps[self.position]
             self._complete(step)
@@ -367,7 +477,7 @@ class Operation:
         return done
 
     def test(self) -> bool:
-        steps = self.binding.steps
+        steps = self.steps
         while not self.done:
             step = steps[self.position]
             done = MPI.Request.Testsome(step.requests)
@@ -378,6 +488,8 @@ class Operation:
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     self._wait_step(step)   # past the deadline: raises with the details
                 return False
+            if step.sync:
+                self.binding.window.win.Sync()
             self.position += 1
             self._post()
         return True
@@ -417,6 +529,8 @@ class Operation:
 
 
 def _describe_open(step: _CompiledStep, open_: list[int]) -> str:
+    if step.sync:
+        return "not every rank of the node reached the window synchronisation"
     waiting = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "from"})
     sending = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "to"})
     parts = []

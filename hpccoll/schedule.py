@@ -9,8 +9,9 @@ the receives and run each receive's ``on_arrival`` operations as soon as it land
 processed in any order).  Step ``s`` of one rank talks to step ``s`` of its peers: a message
 sent in step ``s`` is received in step ``s`` (the verifier enforces it; the executor tags by it).
 
-Data is addressed by :class:`Region`: a named buffer (``send``, ``recv``, ``scratch``), an
-element offset and an element count.  A send or receive with several regions is one message
+Data is addressed by :class:`Region`: a named buffer (``send``, ``recv``, ``scratch``, or
+``window``: the segment shared by the ranks of one node, addressed node-wide), an element
+offset and an element count.  A send or receive with several regions is one message
 whose payload is their concatenation (the executor packs/unpacks it).
 
 Local operations are :class:`Copy` (``dst = src``) and :class:`Reduce`
@@ -18,6 +19,10 @@ Local operations are :class:`Copy` (``dst = src``) and :class:`Reduce`
 keep (the verifier checks them):
 
 * regions lie inside their buffer; the ``send`` buffer is never written;
+* a ``sync`` step (no transfers, no operations) is a barrier of the node's ranks: window data
+  a rank wrote before it is visible to the node's other ranks after it; every rank of a node
+  syncs at the same steps, and no rank reads window data another rank wrote, or writes window
+  data another rank reads or writes, without a sync in between;
 * nothing is read before it was written (``recv``/``scratch`` start unwritten);
 * within a step, receive targets are disjoint, nothing being sent is written, nothing being
   received is touched by ``local`` operations, and the ``on_arrival`` operations of different
@@ -30,8 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Union
 
-SEND, RECV, SCRATCH = "send", "recv", "scratch"
-BUFFERS = (SEND, RECV, SCRATCH)
+SEND, RECV, SCRATCH, WINDOW = "send", "recv", "scratch", "window"
+BUFFERS = (SEND, RECV, SCRATCH, WINDOW)
 
 COLLECTIVES = ("allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce")
 REDUCING = frozenset({"reduce_scatter", "allreduce"})
@@ -103,18 +108,24 @@ class Step:
     sends: tuple[Send, ...] = ()
     recvs: tuple[Recv, ...] = ()
     local: tuple[LocalOp, ...] = ()
+    sync: bool = False          # a barrier of the node's ranks over the shared window
 
     @property
     def empty(self) -> bool:
-        return not (self.sends or self.recvs or self.local)
+        return not (self.sends or self.recvs or self.local or self.sync)
+
+
+SYNC = Step(sync=True)
 
 
 @dataclass(frozen=True)
 class Program:
-    """One rank's schedule: its steps and the scratch space (elements) they use."""
+    """One rank's schedule: its steps, the scratch space (elements) they use, and the node's
+    shared window (elements; the same for every rank of a node)."""
 
     steps: tuple[Step, ...]
     scratch: int = 0
+    window: int = 0
 
     def messages(self) -> Iterator[tuple[int, Send]]:
         for index, step in enumerate(self.steps):

@@ -76,6 +76,10 @@ class Topology:
         """The ranks of each node."""
         return tuple(self.members(0, n) for n in range(self.count(0)))
 
+    def contiguous_nodes(self) -> bool:
+        """Whether every node's ranks are consecutive (ranks numbered node by node)."""
+        return all(m == tuple(range(m[0], m[0] + len(m))) for m in self.nodes)
+
     def uniform_nodes(self) -> tuple[int, int] | None:
         """(nodes, ranks per node) when every node has the same number of ranks and ranks are
         numbered node by node; None otherwise."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import registry
-from .schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Reduce, Region, buffer_sizes,
-                       offsets, uniform_call)
+from .schedule import (RECV, SCRATCH, SEND, WINDOW, Call, Copy, Program, Reduce, Region,
+                       buffer_sizes, offsets, uniform_call)
 
 IN_PLACE_COLLECTIVES = ("allgather", "allreduce")
 
@@ -37,6 +37,39 @@ class Report:
     sent: list[int] = field(default_factory=list)
 
 
+class _Window:
+    """A node's shared segment during a simulation: its data, what is written, and which rank
+    last wrote and read each element in which epoch (epochs are counted by the node's syncs)."""
+
+    def __init__(self, size: int):
+        self.data = [0] * size
+        self.written = bytearray(size)
+        self.writer, self.write_epoch = [-1] * size, [-1] * size
+        self.reader, self.read_epoch = [-1] * size, [-1] * size     # reader -2: several
+        self.epoch = 0
+
+    def read(self, rank: int, region: Region, where: str) -> None:
+        now = self.epoch
+        for e in range(region.offset, region.stop):
+            writer = self.writer[e]
+            if writer not in (-1, rank) and self.write_epoch[e] >= now:
+                raise VerificationError(f"{where} reads window element {e}, which rank {writer} "
+                                        "wrote without a sync in between")
+            seen = self.read_epoch[e] >= now and self.reader[e] not in (-1, rank)
+            self.reader[e], self.read_epoch[e] = (-2 if seen else rank), now
+
+    def write(self, rank: int, region: Region, where: str) -> None:
+        now = self.epoch
+        for e in range(region.offset, region.stop):
+            if self.writer[e] not in (-1, rank) and self.write_epoch[e] >= now:
+                raise VerificationError(f"{where} writes window element {e}, which rank "
+                                        f"{self.writer[e]} wrote without a sync in between")
+            if self.read_epoch[e] >= now and self.reader[e] not in (-1, rank):
+                raise VerificationError(f"{where} writes window element {e}, which another "
+                                        "rank read without a sync in between")
+            self.writer[e], self.write_epoch[e] = rank, now
+
+
 class _Rank:
     """One rank's buffers, what of them is written, and the per-step hazard marks.
 
@@ -45,12 +78,16 @@ class _Rank:
     they need no clearing: a mark belongs to the current step when it is >= ``step * _SPAN``.
     """
 
-    def __init__(self, rank: int, call: Call, program: Program, data: list[int]):
+    def __init__(self, rank: int, call: Call, program: Program, data: list[int],
+                 window: _Window):
         self.rank = rank
+        self.window = window
         send_n, recv_n = buffer_sizes(call)
-        sizes = {SEND: send_n, RECV: recv_n, SCRATCH: program.scratch}
+        sizes = {SEND: send_n, RECV: recv_n, SCRATCH: program.scratch,
+                 WINDOW: len(window.data)}
         self.data = {name: [0] * n for name, n in sizes.items()}
         self.written = {name: bytearray(n) for name, n in sizes.items()}
+        self.data[WINDOW], self.written[WINDOW] = window.data, window.written
         start = 0
         if call.in_place and call.collective == "allgather":
             start = offsets(call.counts)[rank]
@@ -67,6 +104,8 @@ class _Rank:
 
     def _check_bounds(self, program: Program) -> None:
         for s, step in enumerate(program.steps):
+            if step.sync and (step.sends or step.recvs or step.local):
+                raise VerificationError(f"{self.where(s)}: a sync step must do nothing else")
             ops = [(op, "local op") for op in step.local]
             for i, recv in enumerate(step.recvs):
                 for region in recv.regions:
@@ -104,9 +143,13 @@ class _Rank:
     def read(self, region: Region, step: int, what: str) -> list[int]:
         if self.written[region.buffer].find(0, region.offset, region.stop) != -1:
             raise VerificationError(f"{self.where(step)}: {what} reads unwritten data in {region}")
+        if region.buffer == WINDOW:
+            self.window.read(self.rank, region, f"{self.where(step)}: {what}")
         return self.data[region.buffer][region.offset:region.stop]
 
-    def write(self, region: Region, values: list[int]) -> None:
+    def write(self, region: Region, values: list[int], step: int, what: str) -> None:
+        if region.buffer == WINDOW:
+            self.window.write(self.rank, region, f"{self.where(step)}: {what}")
         self.data[region.buffer][region.offset:region.stop] = values
         self.written[region.buffer][region.offset:region.stop] = b"\x01" * region.count
 
@@ -130,12 +173,27 @@ class _Rank:
 _SPAN = 1 << 32
 
 
+def _synchronize(windows: dict[int, _Window], node: tuple[int, ...], steps: list,
+                 s: int) -> None:
+    """Step ``s``'s syncs: all ranks of a node or none; each opens a new epoch."""
+    syncing: dict[int, set[bool]] = {}
+    for r, step in enumerate(steps):
+        syncing.setdefault(node[r], set()).add(bool(step is not None and step.sync))
+    for n, flags in syncing.items():
+        if len(flags) > 1:
+            late = [r for r, step in enumerate(steps)
+                    if node[r] == n and not (step is not None and step.sync)]
+            raise VerificationError(f"step {s}: node {n} syncs, but ranks {late} do not")
+        if True in flags:
+            windows[n].epoch += 1
+
+
 def _apply(state: _Rank, op: Copy | Reduce, step: int, what: str) -> None:
     if isinstance(op, Copy):
-        state.write(op.dst, state.read(op.src, step, what))
+        state.write(op.dst, state.read(op.src, step, what), step, what)
         return
     values = [state.read(s, step, what) for s in op.srcs]
-    state.write(op.dst, [sum(t) for t in zip(*values)])
+    state.write(op.dst, [sum(t) for t in zip(*values)], step, what)
 
 
 def _op_regions(op: Copy | Reduce) -> tuple[tuple[Region, ...], Region]:
@@ -178,10 +236,20 @@ def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray
              ) -> tuple[list[np.ndarray], list[np.ndarray], Report]:
     """Run every rank's program; return (recv buffers, their written masks, report)."""
     p = len(programs)
-    ranks = [_Rank(r, calls[r], programs[r], inputs[r].tolist()) for r in range(p)]
+    node = calls[0].topology.regions[0] if p and calls[0].topology is not None else (0,) * p
+    windows = {}
+    for r in range(p):
+        size = windows.setdefault(node[r], programs[r].window)
+        if size != programs[r].window:
+            raise VerificationError(f"rank {r}: window of {programs[r].window} elements, "
+                                    f"another rank of its node has {size}")
+    windows = {n: _Window(size) for n, size in windows.items()}
+    ranks = [_Rank(r, calls[r], programs[r], inputs[r].tolist(), windows[node[r]])
+             for r in range(p)]
     report = Report(sent=[0] * p)
     for s in range(max((len(prog.steps) for prog in programs), default=0)):
         steps = [prog.steps[s] if s < len(prog.steps) else None for prog in programs]
+        _synchronize(windows, node, steps, s)
         outbox: dict[tuple[int, int], list[list[int]]] = {}
         active = False
         for st, step in zip(ranks, steps):
@@ -232,7 +300,7 @@ def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray
             for i, recv, payload in reversed(matched):
                 at = 0
                 for region in recv.regions:
-                    st.write(region, payload[at:at + region.count])
+                    st.write(region, payload[at:at + region.count], s, f"receive {i}")
                     at += region.count
                 for op in recv.on_arrival:
                     what = f"arrival op of receive {i} from {recv.peer}"
