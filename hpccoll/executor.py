@@ -86,6 +86,14 @@ def _cancel(request: MPI.Request) -> None:
         pass
 
 
+def shares_memory(comm: MPI.Comm) -> bool:
+    """Whether all ranks of ``comm`` are in one shared-memory group (collective)."""
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    together = shared.Get_size() == comm.Get_size()
+    shared.Free()
+    return together
+
+
 class NodeWindow:
     """The segment shared by the ranks of each node (``MPI.Win.Allocate_shared`` on the node's
     communicator), for programs that use the ``window`` buffer.
@@ -103,9 +111,7 @@ class NodeWindow:
 
     def __init__(self, comm: MPI.Comm, node_of_rank: tuple[int, ...]):
         self.node_comm = comm.Split(node_of_rank[comm.Get_rank()], comm.Get_rank())
-        shared = self.node_comm.Split_type(MPI.COMM_TYPE_SHARED)
-        together = shared.Get_size() == self.node_comm.Get_size()
-        shared.Free()
+        together = shares_memory(self.node_comm)
         flags = np.zeros(comm.Get_size(), np.int8)
         wait_requests([comm.Iallgather(np.array([together], np.int8), flags)],
                       "checking that each node's ranks share memory")
