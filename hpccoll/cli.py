@@ -1,5 +1,5 @@
 """The ``hpccoll`` command: ``bench``, ``tune``, ``explain``, ``verify``, ``topology``,
-``report`` and ``list``."""
+``report``, ``jobs`` and ``list``."""
 
 from __future__ import annotations
 
@@ -75,8 +75,15 @@ def _parser() -> argparse.ArgumentParser:
                       help="decision table to write; merged into if it exists (other rank "
                            "counts kept), default hpccoll-tuning.json")
 
+    catalog = sub.add_parser("catalogue", help="write the algorithm catalogue (table, one page "
+                                               "and schedule pictures per family)")
+    catalog.add_argument("--out", default="algorithms", help="directory, default algorithms")
+
     summary = sub.add_parser("report", help="markdown tables from bench --json files")
     summary.add_argument("files", nargs="+", metavar="FILE")
+
+    from . import jobs
+    jobs.add_parser(sub)
 
     listing = sub.add_parser("list", help="the registered algorithms")
     listing.add_argument("--markdown", action="store_true", help="as a markdown table")
@@ -183,18 +190,15 @@ def _topology(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from . import registry
+    from . import catalogue, registry
+    if args.markdown:
+        print(catalogue.table())
+        return 0
     rows = [(a.collective, a.name, a.family,
              "; ".join(c.description for c in a.requires) or "-", a.summary)
             for a in registry.algorithms()]
-    if args.markdown:
-        print("| collective | algorithm | family | constraints | summary |")
-        print("|---|---|---|---|---|")
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-    else:
-        for row in rows:
-            print(f"{row[0]:<15} {row[1]:<20} {row[2]:<10} {row[3]:<25} {row[4]}")
+    for row in rows:
+        print(f"{row[0]:<15} {row[1]:<20} {row[2]:<10} {row[3]:<25} {row[4]}")
     return 0
 
 
@@ -216,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         return _explain(args)
     if args.command == "tune":
         return _tune(args)
+    if args.command == "jobs":
+        from . import jobs
+        return jobs.main(args)
+    if args.command == "catalogue":
+        from . import catalogue
+        from pathlib import Path
+        for path in catalogue.write(Path(args.out)):
+            print(path)
+        return 0
     if args.command == "report":
         from . import bench
         print(bench.report(args.files))

@@ -29,12 +29,28 @@ POWER_OF_TWO = Constraint("p is a power of two", lambda c: c.p & (c.p - 1) == 0)
 
 
 @dataclass(frozen=True)
+class Cost:
+    """An algorithm's cost, as formulas (Python expressions in p and n, with ``log2``,
+    ``ceil``, ``floor``, ``popsum(p)`` = the number of 1 bits in 0..p-1, ``grid(p)`` = the
+    mesh's (r, c)): rounds (steps with messages), elements sent by the busiest rank for n
+    elements per block (the collective's own n: per rank for allgather and reduce-scatter,
+    per peer for alltoall, the vector for allreduce), and the alpha-beta(-gamma) time.
+    The catalogue's test evaluates ``rounds`` and ``sent`` against the verifier's counts."""
+
+    rounds: str
+    sent: str
+    time: str
+
+
+@dataclass(frozen=True)
 class Algorithm:
     collective: str
     name: str
     family: str
     planner: Planner
     requires: tuple[Constraint, ...] = ()
+    cost: Cost | None = None
+    source: str = ""
 
     @property
     def summary(self) -> str:
@@ -53,8 +69,10 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 
 def register(collective: str | tuple[str, ...], name: str, *, family: str,
-             requires: tuple[Constraint, ...] = ()) -> Callable[[Planner], Planner]:
-    """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives."""
+             requires: tuple[Constraint, ...] = (), cost: Cost | None = None,
+             source: str = "") -> Callable[[Planner], Planner]:
+    """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives, with
+    its constraints, its :class:`Cost` and the seed or paper it comes from."""
     names = (collective,) if isinstance(collective, str) else collective
 
     def decorate(planner: Planner) -> Planner:
@@ -63,7 +81,8 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
                 raise ValueError(f"unknown collective {coll!r}")
             if (coll, name) in _REGISTRY or name == NATIVE:
                 raise ValueError(f"algorithm {name!r} registered twice for {coll}")
-            _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires)
+            _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires, cost,
+                                              source)
         return planner
 
     return decorate

@@ -4,8 +4,9 @@ One module per family (DESIGN.md): each module's planners are pure functions
 ``Call -> Program`` registered with :func:`hpccoll.registry.register`.
 """
 
-from . import direct, ring  # noqa: F401
+from . import csc, direct, ring  # noqa: F401
 from . import pairwise  # noqa: F401
 from . import hypercube  # noqa: F401
 from . import bruck  # noqa: F401
 from . import mesh  # noqa: F401
+from . import multiring  # noqa: F401

@@ -17,7 +17,7 @@ import functools
 import operator
 from typing import Any
 
-from ..registry import Constraint, register
+from ..registry import Constraint, Cost, register
 from ..schedule import RECV, SEND, Call, Program, Region
 from .hypercube import Channel, relay_program
 
@@ -51,7 +51,9 @@ VALID_RADIX = Constraint("option radix is an integer >= 2",
                          lambda c: _valid_radix(c.option("radix", 2)))
 
 
-@register("alltoall", "bruck", family="bruck", requires=(VALID_RADIX,))
+@register("alltoall", "bruck", family="bruck", requires=(VALID_RADIX,),
+          source="Bruck et al. 1997 (seed 003's reference)",
+          cost=Cost("ceil(log2(p))", "n * popsum(p)", "⌈log2 p⌉α + n·Σpopcount(i<p)·β, radix 2"))
 def plan_bruck_alltoall(call: Call) -> Program:
     """Bruck all-to-all: ceil(log_r p) rounds for any p; round k forwards every block whose
     hop count has digit k set, r^k ranks on, combined into one message per digit value.

@@ -15,7 +15,7 @@ never race the next call's writes.  Cost notation as in :mod:`hpccoll.algorithms
 from __future__ import annotations
 
 from .. import registry
-from ..registry import Constraint, register
+from ..registry import Constraint, Cost, register
 from ..schedule import (RECV, SCRATCH, SEND, SYNC, WINDOW, Call, Copy, Program, Reduce, Recv,
                         Region, Send, Step, even_split, offsets)
 
@@ -76,7 +76,8 @@ def _copy(src: Region, dst: Region) -> Step:
     return Step(local=(Copy(src, dst),) if dst.count else ())
 
 
-@register("allgather", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER))
+@register("allgather", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          source="seed 004 (CSC-AG)", cost=Cost("0", "0", "s + (p+1)n·μ (one node)"))
 def plan_csc_allgather(call: Call) -> Program:
     """Shared-window allgather (CSC-AG): write the own block into the node's window at its
     place in the result, synchronise, copy the whole result out; on several nodes the leaders
@@ -119,7 +120,8 @@ def _node_reduce(call: Call, members: tuple[int, ...], total: int, source: Regio
     return [_copy(source, slots[i]), SYNC, reduce, SYNC], partial
 
 
-@register("reduce_scatter", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER))
+@register("reduce_scatter", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          source="seed 004 (CSC-RS)", cost=Cost("0", "0", "s + pn·μ + pn·γ (one node)"))
 def plan_csc_reduce_scatter(call: Call) -> Program:
     """Shared-window reduce-scatter (CSC-RS): write the whole input into the own slot of the
     node's window, synchronise, reduce the own block over all p slots in one pass.
@@ -156,7 +158,8 @@ def plan_csc_reduce_scatter(call: Call) -> Program:
     return Program(tuple(steps), scratch=scratch, window=node_result + node_total)
 
 
-@register("allreduce", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER))
+@register("allreduce", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          source="seed 004", cost=Cost("0", "0", "2s + 2n·μ + n·γ (one node)"))
 def plan_csc_allreduce(call: Call) -> Program:
     """Shared-window allreduce: reduce-scatter then allgather through the node's window: each
     rank writes its vector into its slot, sync, reduces a disjoint chunk over all slots into
@@ -181,7 +184,8 @@ def plan_csc_allreduce(call: Call) -> Program:
     return Program(tuple(steps), scratch=scratch, window=partial.stop)
 
 
-@register("alltoall", "csc", family="csc", requires=(ONE_NODE,))
+@register("alltoall", "csc", family="csc", requires=(ONE_NODE,), source="seed 004",
+          cost=Cost("0", "0", "s + 2pn·μ"))
 def plan_csc_alltoall(call: Call) -> Program:
     """Shared-window all-to-all: write the whole send buffer into the own slot of the node's
     window, synchronise, read block r of every slot.

@@ -7,7 +7,7 @@ Cost notation as in :mod:`hpccoll.algorithms.ring`.
 
 from __future__ import annotations
 
-from ..registry import register
+from ..registry import Cost, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
                         Send, Step, even_split, offsets)
 
@@ -43,7 +43,8 @@ def _reduce_scatter_step(p: int, rank: int, source: list[Region], result: Region
                 local=_copy(source[rank], result) if source[rank] != result else ())
 
 
-@register("allgather", "direct", family="direct")
+@register("allgather", "direct", family="direct",
+          cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)nβ (one port)"))
 def plan_direct_allgather(call: Call) -> Program:
     """Direct allgather: send the own block to all p-1 peers at once.
 
@@ -58,7 +59,8 @@ def plan_direct_allgather(call: Call) -> Program:
     return Program((Step(step.sends, step.recvs, local),))
 
 
-@register(("alltoall", "alltoallv"), "direct", family="direct")
+@register(("alltoall", "alltoallv"), "direct", family="direct",
+          cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)nβ (one port)"))
 def plan_direct_alltoall(call: Call) -> Program:
     """Direct all-to-all(v): send every block straight to its destination, all at once.
 
@@ -74,7 +76,8 @@ def plan_direct_alltoall(call: Call) -> Program:
                          local=_copy(out[rank], into[rank])),))
 
 
-@register("reduce_scatter", "direct", family="direct")
+@register("reduce_scatter", "direct", family="direct",
+          cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)n(β + γ)"))
 def plan_direct_reduce_scatter(call: Call) -> Program:
     """Direct reduce-scatter: send block j to rank j, reduce the p-1 incoming blocks as they land.
 
@@ -88,7 +91,8 @@ def plan_direct_reduce_scatter(call: Call) -> Program:
                    scratch=(p - 1) * counts[rank])
 
 
-@register("allreduce", "direct", family="direct")
+@register("allreduce", "direct", family="direct",
+          cost=Cost("2 * min(1, p - 1)", "2 * (p - 1) * n / p", "2α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_direct_allreduce(call: Call) -> Program:
     """Direct allreduce: direct reduce-scatter of p blocks, then direct allgather of the results.
 

@@ -13,7 +13,7 @@ import math
 import operator
 from typing import Any
 
-from ..registry import Constraint, register
+from ..registry import Constraint, Cost, register
 from ..schedule import RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Region, Send, Step
 
 
@@ -49,7 +49,9 @@ def _line_peers(size: int, me: int) -> list[tuple[int, int]]:
     return [((me + i) % size, (me - i) % size) for i in range(1, size)]
 
 
-@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,))
+@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), source="seed 003",
+          cost=Cost("0 if p == 1 else 1 if 1 in grid(p) else 2", "n * (2 * p - sum(grid(p)))",
+                    "2α + n(2p - r - c)β, grid r x c"))
 def plan_mesh_alltoall(call: Call) -> Program:
     """2-D mesh all-to-all: a direct all-to-all inside the row (r blocks per message, grouped
     by destination row), then inside the column (c blocks per message).

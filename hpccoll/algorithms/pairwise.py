@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..registry import POWER_OF_TWO, register
+from ..registry import POWER_OF_TWO, Cost, register
 from ..schedule import RECV, SEND, Call, Copy, Program, Recv, Region, Send, Step
 
 
@@ -69,7 +69,9 @@ def _pairwise_program(call: Call, rounds: int, partner: Callable[[int, int, int]
     return Program(tuple(steps))
 
 
-@register(("alltoall", "alltoallv"), "pairwise", family="pairwise")
+@register(("alltoall", "alltoallv"), "pairwise", family="pairwise", source="seed 003",
+          cost=Cost("0 if p == 1 else p if p % 2 else p - 1", "(p - 1) * n",
+                    "p(α + nβ) odd p, (p-1)(α + nβ) even p"))
 def plan_pairwise_alltoall(call: Call) -> Program:
     """1-factor pairwise all-to-all(v): each round swaps one block with one partner, every
     pair of ranks meeting exactly once (seed 003).
@@ -81,7 +83,8 @@ def plan_pairwise_alltoall(call: Call) -> Program:
     return _pairwise_program(call, one_factor_rounds(call.p), one_factor_partner)
 
 
-@register(("alltoall", "alltoallv"), "xor", family="pairwise", requires=(POWER_OF_TWO,))
+@register(("alltoall", "alltoallv"), "xor", family="pairwise", requires=(POWER_OF_TWO,),
+          source="seed 003", cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_xor_alltoall(call: Call) -> Program:
     """XOR pairwise all-to-all(v): in round i rank j swaps one block with rank j XOR i
     (seed 003).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..registry import register
+from ..registry import Cost, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
                         Send, Step, even_split, merge_adjacent, offsets, segment_count,
                         segments)
@@ -30,7 +30,8 @@ def _with_local(step: Step, *ops: Copy) -> Step:
     return Step(step.sends, step.recvs, step.local + tuple(op for op in ops if op.dst.count))
 
 
-@register("allgather", "ring", family="ring")
+@register("allgather", "ring", family="ring", source="classic ring (seed 000's baseline)",
+          cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_ring_allgather(call: Call) -> Program:
     """Ring allgather: p-1 steps, each forwarding the block received in the step before.
 
@@ -78,7 +79,8 @@ def _ring_reduce_steps(p: int, rank: int, seg: int, source: list[Region],
     return steps
 
 
-@register("reduce_scatter", "ring", family="ring")
+@register("reduce_scatter", "ring", family="ring", source="classic ring",
+          cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ + nγ)"))
 def plan_ring_reduce_scatter(call: Call) -> Program:
     """Ring reduce-scatter: p-1 steps, partial sums travel the ring and grow by one term a step.
 
@@ -102,7 +104,10 @@ def plan_ring_reduce_scatter(call: Call) -> Program:
     return Program(tuple(steps), scratch=2 * width)
 
 
-@register("allreduce", "ring", family="ring")
+@register("allreduce", "ring", family="ring",
+          source="Patarasuk & Yuan 2009 (seed 001's baseline)",
+          cost=Cost("2 * (p - 1)", "2 * (p - 1) * n / p",
+                    "2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_ring_allreduce(call: Call) -> Program:
     """Ring allreduce: ring reduce-scatter of p blocks into the result, then ring allgather.
 
@@ -176,7 +181,8 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
     return Program(tuple(steps), scratch)
 
 
-@register("alltoall", "ring", family="ring")
+@register("alltoall", "ring", family="ring", source="seed 003",
+          cost=Cost("p - 1", "n * p * (p - 1) / 2", "(p-1)α + n·p(p-1)/2·β"))
 def plan_ring_alltoall(call: Call) -> Program:
     """Ring all-to-all, one direction: each rank sends all p-1 blocks to its right neighbour,
     which keeps its own and forwards the rest (seed 003).
@@ -186,7 +192,8 @@ def plan_ring_alltoall(call: Call) -> Program:
     return _forwarding_alltoall(call, {1: [(0, call.counts[0])] * (call.p - 1)})
 
 
-@register("alltoall", "ring_bidirectional", family="ring")
+@register("alltoall", "ring_bidirectional", family="ring", source="seed 003",
+          cost=Cost("p // 2", "n * (p * p // 4)", "⌊p/2⌋α + n·⌊p²/4⌋/2·β (both ways at once)"))
 def plan_ring_bidirectional_alltoall(call: Call) -> Program:
     """Ring all-to-all, half each way: blocks go the shorter way round; for even p the block
     opposite is split in two halves, one each way (seed 003's improvement).
