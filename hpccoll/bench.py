@@ -78,6 +78,7 @@ class Result:
     busbw_gbs: float
     vs_native: float | None
     wrong: int
+    resolved: str | None = None       # what "auto" picked
 
 
 class Case:
@@ -135,6 +136,16 @@ class Case:
             counts = self.recvcounts
             return lambda: function(comm, send, recv, recvcounts=counts, algorithm=algorithm)
         return lambda: function(comm, send, recv, algorithm=algorithm)
+
+    def resolve(self, algorithm: str) -> str:
+        """The algorithm a name runs as ("auto" resolved for this case)."""
+        if algorithm != "auto":
+            return algorithm
+        counts = self.recvcounts if self.collective == "reduce_scatter" else None
+        prepared, _, _ = api.prepare(self.collective, self.comm, self.send, self.recv,
+                                     counts=counts, op="sum" if self.collective in
+                                     ("reduce_scatter", "allreduce") else None)
+        return prepared.algorithm
 
     def wrong(self, run: Callable[[], None]) -> int:
         self.recv[:] = 0
@@ -276,10 +287,12 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
             algbw = case.total * dt.itemsize / t / 1e3
             result = Result(collective, name, p, str(dt), case.count * dt.itemsize, case.count,
                             n_iter, t, algbw, algbw * busbw_factor(collective, p),
-                            native_time / t if native_time else None, wrong)
+                            native_time / t if native_time else None, wrong,
+                            case.resolve(name) if name == "auto" else None)
             results.append(result)
             ratio = f"{result.vs_native:9.2f}x" if result.vs_native else f"{'-':>10}"
-            say(f"  {result.bytes:>10} {name:>20} {n_iter:>6} {t:>11.2f} {algbw:>12.3f} "
+            label = f"auto:{result.resolved}" if result.resolved else name
+            say(f"  {result.bytes:>10} {label:>20} {n_iter:>6} {t:>11.2f} {algbw:>12.3f} "
                 f"{result.busbw_gbs:>12.3f} {ratio} {wrong:>7}")
             if bar is not None:
                 bar.update(1)

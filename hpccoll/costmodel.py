@@ -12,6 +12,7 @@ estimate of the critical path, good for ranking algorithms, not a simulator of c
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Iterable
@@ -92,6 +93,9 @@ def step_time(machine: Machine, step: Step, rank: int, itemsize: int,
             work += op.dst.count * itemsize * len(op.srcs) / machine.reduce_bandwidth
         elif isinstance(op, Copy):
             work += op.dst.count * itemsize / machine.copy_bandwidth
+    if step.sync:       # a node barrier: a dissemination of log2(ranks per node) rounds
+        ranks = node.count(node[rank]) if node is not None else 2
+        return machine.step_overhead + machine.intra.alpha * max(1, math.ceil(math.log2(ranks)))
     overhead = machine.step_overhead if step.sends or step.recvs else 0.0
     return max(send, recv) + work + overhead
 
@@ -120,7 +124,7 @@ def predict(call: Call, name: str, machine: Machine | None = None) -> float:
     machine = machine or machine_for(call)
     planner = registry.get(call.collective, name).planner
     programs = {r: planner(replace(call, rank=r)) for r in sample_ranks(call.p)}
-    node = call.topology.regions[0] if call.topology is not None else None
+    node = call.topology.regions[0] if call.topology is not None else (0,) * call.p
     return program_time(programs, call.itemsize, machine, node)
 
 
