@@ -10,3 +10,4 @@ from . import hypercube  # noqa: F401
 from . import bruck  # noqa: F401
 from . import mesh  # noqa: F401
 from . import multiring  # noqa: F401
+from . import rat  # noqa: F401
