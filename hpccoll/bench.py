@@ -260,7 +260,8 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     results: list[Result] = []
     say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
         (lambda line: None)
-    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {MPI.Get_library_version().splitlines()[0].strip()}")
+    library = MPI.Get_library_version().splitlines()[0].strip()
+    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {library}")
     say(f"# time = median over iterations of the slowest rank; busbw factor "
         f"{busbw_factor(collective, p):.3f}; vs native = native time / time")
     if straggler is not None:

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import buffers, kernels, settings
-from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Reduce, Region, Step
+from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
 
 BINDINGS_PER_PLAN = 4
 YIELD_AFTER = 16
@@ -75,7 +75,8 @@ def wait_requests(requests: list[MPI.Request], what: str | Callable[[], str],
                 _cancel(requests[i])
             detail = pending(open_) if pending else f"{len(open_)} request(s) open"
             what = what() if callable(what) else what
-            raise CollectiveTimeout(f"{what} did not complete within {settings.current.timeout:g} s "
+            limit = settings.current.timeout
+            raise CollectiveTimeout(f"{what} did not complete within {limit:g} s "
                                     f"(HPCCOLL_TIMEOUT): {detail}")
 
 

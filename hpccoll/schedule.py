@@ -199,6 +199,23 @@ def uniform_call(collective: str, p: int, rank: int, count: int, **kw: Any) -> C
     return Call(collective, p, rank, (count,) * p, **kw)
 
 
+def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
+    """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
+    result's blocks."""
+    counts = even_split(call.counts[0], call.p)
+    displs = offsets(counts)
+    return (counts, [Region(call.input, o, c) for o, c in zip(displs, counts)],
+            [Region(RECV, o, c) for o, c in zip(displs, counts)])
+
+
+def one_rank(source: Region, result: Region) -> Program:
+    """The program of a reduction on one rank: copy the input to the result (nothing when it
+    is already there or empty)."""
+    if source == result or not result.count:
+        return Program(())
+    return Program((Step(local=(Copy(source, result),)),))
+
+
 def buffer_sizes(call: Call) -> tuple[int, int]:
     """(send, recv) buffer sizes in elements that ``call`` needs (send is 0 when in place)."""
     c = call.collective

@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    lines = [f"# auto against the best forced algorithm", "",
+    lines = ["# auto against the best forced algorithm", "",
              f"`python {' '.join(sys.argv)}`", "",
              f"tuning file: {args.tuning or 'none (shipped table, then cost model)'}; "
              f"auto must be within {args.tolerance:.0%} of the fastest algorithm (native "

@@ -20,7 +20,8 @@ def test_committed_table_matches_the_registry():
     assert committed == catalogue.readme(), "run: hpccoll catalogue --out algorithms"
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=[f"{a.collective}-{a.name}" for a in ALGORITHMS])
+@pytest.mark.parametrize("algorithm", ALGORITHMS,
+                         ids=[f"{a.collective}-{a.name}" for a in ALGORITHMS])
 def test_cost_formulas_match_the_verifier(algorithm):
     assert algorithm.cost is not None, "every algorithm declares its cost"
     checked = 0

@@ -15,7 +15,8 @@ import pytest
 MPIEXEC = shutil.which("mpiexec")
 
 
-def hpccoll(*args: str, ranks: int | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def hpccoll(*args: str, ranks: int | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "hpccoll", *args]
     if ranks is not None:
         command = [MPIEXEC, "-n", str(ranks), *command]

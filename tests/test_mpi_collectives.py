@@ -173,9 +173,8 @@ def test_nonblocking_and_persistent_forms(mpi_ranks, comm):
         first.wait()
         check(got2, want, f"overlapped iallgather {name}")
         check(total, want_total, "overlapped iallreduce")
-        persistent = hpccoll.allreduce_init(comm, send, total, algorithm=name
-                                            if name in algorithms_for("allreduce", comm) + ["native"]
-                                            else "ring")
+        reducing = name if name in algorithms_for("allreduce", comm) + ["native"] else "ring"
+        persistent = hpccoll.allreduce_init(comm, send, total, algorithm=reducing)
         for _ in range(3):
             total[:] = 0
             persistent.start()

@@ -93,7 +93,8 @@ def test_stuck_collective_raises_after_deadline(mpi_ranks, comm):
         hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
         if r != p - 1:
             with pytest.raises(hpccoll.CollectiveTimeout,
-                               match=r"allgather/ring step \d \(of \d\) did not complete within 2 s .*no message from rank"):
+                               match=r"allgather/ring step \d \(of \d\) did not complete "
+                                     r"within 2 s .*no message from rank"):
                 hpccoll.allgather(comm, np.zeros(1), np.zeros(p), algorithm="ring")
     finally:
         hpccoll.configure(**vars(previous))

@@ -161,7 +161,8 @@ def test_commuting_accumulations_are_allowed():
         result = Region(RECV, 0, 1)
         return Program((Step(
             sends=tuple(Send(q, (Region(SEND, q, 1),)) for q in peers),
-            recvs=tuple(Recv(q, (s,), (Reduce(result, (result, s)),)) for q, s in zip(peers, slots)),
+            recvs=tuple(Recv(q, (s,), (Reduce(result, (result, s)),))
+                        for q, s in zip(peers, slots)),
             local=(Copy(Region(SEND, r, 1), result),)),), scratch=2)
     algorithm = registry.Algorithm("reduce_scatter", "acc", "test", planner)
     verify.check_calls(algorithm, calls, np.random.default_rng(2))

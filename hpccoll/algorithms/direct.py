@@ -8,8 +8,22 @@ Cost notation as in :mod:`hpccoll.algorithms.ring`.
 from __future__ import annotations
 
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
-                        Send, Step, even_split, offsets)
+from ..schedule import (
+    RECV,
+    SCRATCH,
+    SEND,
+    Call,
+    Copy,
+    Program,
+    Recv,
+    Reduce,
+    Region,
+    Send,
+    Step,
+    offsets,
+    one_rank,
+    vector_blocks,
+)
 
 
 def _peers(p: int, rank: int) -> list[tuple[int, int]]:
@@ -72,7 +86,8 @@ def plan_direct_alltoall(call: Call) -> Program:
     into = [Region(RECV, d, c) for d, c in zip(call.rdispls, call.recvcounts)]
     pairs = _peers(p, rank)
     return Program((Step(sends=tuple(Send(to, (out[to],)) for to, _ in pairs if out[to].count),
-                         recvs=tuple(Recv(src, (into[src],)) for _, src in pairs if into[src].count),
+                         recvs=tuple(Recv(src, (into[src],)) for _, src in pairs
+                                     if into[src].count),
                          local=_copy(out[rank], into[rank])),))
 
 
@@ -100,13 +115,9 @@ def plan_direct_allreduce(call: Call) -> Program:
     + (p-1)/p n gamma on a full mesh.  Scratch (p-1)n/p.
     """
     p, rank = call.p, call.rank
-    counts = even_split(call.counts[0], p)
-    displs = offsets(counts)
-    source = [Region(call.input, o, c) for o, c in zip(displs, counts)]
-    result = [Region(RECV, o, c) for o, c in zip(displs, counts)]
+    counts, source, result = vector_blocks(call)
     if p == 1:
-        return Program(() if call.in_place or not counts[0]
-                       else (Step(local=(Copy(source[0], result[0]),)),))
+        return one_rank(source[0], result[0])
     return Program((_reduce_scatter_step(p, rank, source, result[rank], 0),
                     _allgather_step(p, rank, result[rank], result)),
                    scratch=(p - 1) * counts[rank])

@@ -38,8 +38,22 @@ from typing import Callable, Sequence
 
 from ..hamiltonian import Cycle, decompose, decompose_multinode
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Region, Send, Step,
-                        even_split, offsets, segment_count)
+from ..schedule import (
+    RECV,
+    SCRATCH,
+    SEND,
+    Call,
+    Copy,
+    Program,
+    Recv,
+    Region,
+    Send,
+    Step,
+    offsets,
+    one_rank,
+    segment_count,
+    vector_blocks,
+)
 from .ring import _ring_allgather_steps, _ring_reduce_steps, _with_local
 
 
@@ -179,7 +193,7 @@ def plan_multiring_reduce_scatter(call: Call) -> Program:
     source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
     result = Region(RECV, 0, counts[rank])
     if p == 1:
-        return Program((Step(local=(Copy(source[0], result),) if result.count else ()),))
+        return one_rank(source[0], result)
     cycles = multiring_cycles(call)
     k, width = len(cycles), max(counts)
     slots = [Region(SCRATCH, s * width, width) for s in (0, 1)]
@@ -211,13 +225,9 @@ def plan_multiring_allreduce(call: Call) -> Program:
     partial sums, which are reduced into the result.  IN_PLACE works.
     """
     p, rank = call.p, call.rank
-    counts = even_split(call.counts[0], p)
-    displs = offsets(counts)
-    source = [Region(call.input, o, c) for o, c in zip(displs, counts)]
-    result = [Region(RECV, o, c) for o, c in zip(displs, counts)]
+    counts, source, result = vector_blocks(call)
     if p == 1:
-        return Program(() if call.in_place or not counts[0]
-                       else (Step(local=(Copy(source[0], result[0]),)),))
+        return one_rank(source[0], result[0])
     cycles = multiring_cycles(call)
     k, width = len(cycles), counts[0]
     landing = Region(SCRATCH, 0, width)

@@ -29,10 +29,10 @@ topology (or with one region only) A = 1 and RAT is the PS exchange below.
 
 Cross-region traffic, per tree: every region that does not contain the root sends exactly
 one message out (up) and receives exactly one in (down); the root's region exchanges one
-message each way with each child of the root outside it.  Over the p trees the bytes crossing the boundaries of
-a level with G regions total 2(G-1) n (n the vector bytes), the least any allreduce moves
-across G regions (every element must reach all G regions from all G: 2(G-1) one-way
-transfers at least); at the outermost level, with equal regions and p | n, each region
+message each way with each child of the root outside it.  Over the p trees the bytes crossing
+the boundaries of a level with G regions total 2(G-1) n (n the vector bytes), the least any
+allreduce moves across G regions (every element must reach all G regions from all G: 2(G-1)
+one-way transfers at least); at the outermost level, with equal regions and p | n, each region
 sends and receives 2(G-1)/G n, the allreduce bandwidth bound with the regions as the
 participants.  Ring moves 2(p-1)/p n through the boundary of each region of consecutive
 ranks, PS 2 w (p-w)/p n through that of a region of w ranks (w times RAT's).
@@ -45,8 +45,21 @@ from __future__ import annotations
 import functools
 
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, Call, Copy, Program, Recv, Reduce, Region, Send, Step,
-                        even_split, offsets, segment_count, segments)
+from ..schedule import (
+    SCRATCH,
+    Call,
+    Copy,
+    Program,
+    Recv,
+    Reduce,
+    Region,
+    Send,
+    Step,
+    one_rank,
+    segment_count,
+    segments,
+    vector_blocks,
+)
 
 
 class _Levels:
@@ -117,13 +130,9 @@ def _levels(p: int, topology) -> _Levels:
 def _plan_trees(call: Call, topology) -> Program:
     """The p concurrent trees over ``topology``'s levels (None: one level, PS)."""
     p, rank = call.p, call.rank
-    shards = even_split(call.counts[0], p)
-    displs = offsets(shards)
-    source = [Region(call.input, o, c) for o, c in zip(displs, shards)]
-    result = [Region(RECV, o, c) for o, c in zip(displs, shards)]
+    shards, source, result = vector_blocks(call)
     if p == 1:
-        return Program(() if call.in_place or not shards[0]
-                       else (Step(local=(Copy(source[0], result[0]),)),))
+        return one_rank(source[0], result[0])
     levels = _levels(p, topology)
     up = {level: s for s, level in enumerate(levels.active)}
     last = 2 * len(levels.active) - 1

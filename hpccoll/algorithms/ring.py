@@ -10,9 +10,25 @@ from __future__ import annotations
 from typing import Callable
 
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
-                        Send, Step, even_split, merge_adjacent, offsets, segment_count,
-                        segments)
+from ..schedule import (
+    RECV,
+    SCRATCH,
+    SEND,
+    Call,
+    Copy,
+    Program,
+    Recv,
+    Reduce,
+    Region,
+    Send,
+    Step,
+    merge_adjacent,
+    offsets,
+    one_rank,
+    segment_count,
+    segments,
+    vector_blocks,
+)
 
 
 def _ring_allgather_steps(p: int, rank: int, blocks: list[Region]) -> list[Step]:
@@ -93,7 +109,7 @@ def plan_ring_reduce_scatter(call: Call) -> Program:
     source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
     result = Region(RECV, 0, counts[rank])
     if p == 1:
-        return Program((Step(local=(Copy(source[0], result),) if result.count else ()),))
+        return one_rank(source[0], result)
     width = max(counts)
     slots = [[Region(SCRATCH, s * width, c) for c in counts] for s in (0, 1)]
 
@@ -116,13 +132,9 @@ def plan_ring_allreduce(call: Call) -> Program:
     scratch block receives the incoming partial sums, which are reduced into the result.
     """
     p, rank = call.p, call.rank
-    counts = even_split(call.counts[0], p)
-    displs = offsets(counts)
-    source = [Region(call.input, o, c) for o, c in zip(displs, counts)]
-    result = [Region(RECV, o, c) for o, c in zip(displs, counts)]
+    counts, source, result = vector_blocks(call)
     if p == 1:
-        return Program(() if call.in_place or not counts[0]
-                       else (Step(local=(Copy(source[0], result[0]),)),))
+        return one_rank(source[0], result[0])
     steps = _ring_reduce_steps(p, rank, segment_count(call), source,
                                lambda k, j: Region(SCRATCH, 0, counts[j]), lambda k, j: result[j])
     steps += _ring_allgather_steps(p, rank, result)
