@@ -12,6 +12,7 @@ from .api import (PersistentRequest, Request, allgather, allgather_init, allgath
                   reduce_scatter_init, set_topology, topology)
 from .executor import CollectiveTimeout
 from .settings import configure
+from .shared import SharedAllgather, SharedAllreduce
 from .topology import Topology
 from .verify import VerificationError
 
@@ -21,4 +22,5 @@ __all__ = ["allgather", "allgather_stream", "alltoall", "alltoallv", "reduce_sca
            "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
            "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
            "allreduce_init", "Request", "PersistentRequest", "CollectiveTimeout",
-           "VerificationError", "configure", "set_topology", "topology", "Topology"]
+           "VerificationError", "configure", "set_topology", "topology", "Topology",
+           "SharedAllgather", "SharedAllreduce"]

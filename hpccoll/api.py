@@ -400,8 +400,8 @@ class Prepared:
             label = f"{args.collective}/{algorithm}"
             self.plan = ctx.plan(key, lambda: Plan(planner(args.call), args.dtype, label))
             if args.op:
-                self.reduce = kernels.reducer(args.op, args.dtype) if array_kind == "numpy" \
-                    or self.staged else buffers.device_reducer(args.op)
+                self.reduce = kernels.reduction(args.op, args.dtype) \
+                    if array_kind == "numpy" or self.staged else buffers.device_reduction(args.op)
 
     def start(self, send: Any, recv: Any, tags: tuple[int, int], cache: bool) -> Any:
         """Start on ``send``/``recv`` (send None when in place); returns the operation.

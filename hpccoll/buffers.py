@@ -148,11 +148,11 @@ def gpu_aware() -> bool:
     return bool(query())
 
 
-def device_reducer(op: str) -> kernels.Reducer:
-    """``f(dst, a, b)`` for CuPy arrays: the CuPy ufunc of ``op``."""
+def device_reduction(op: str) -> kernels.Reduction:
+    """The reduction for CuPy arrays: the CuPy ufunc of ``op``, pairwise."""
     import cupy
     ufunc = getattr(cupy, kernels.UFUNCS[op].__name__)
-    return lambda dst, a, b: ufunc(a, b, out=dst)
+    return kernels.Reduction(lambda dst, a, b: ufunc(a, b, out=dst))
 
 
 def to_host(buf: Any) -> np.ndarray:

@@ -315,7 +315,13 @@ class Binding:
         if len(op.srcs) == 1:                                # a reduction of one term
             return (_COPY, self.view(op.dst), self.view(op.srcs[0]))
         srcs = sorted(op.srcs, key=lambda r: r != op.dst)   # the accumulator first
-        return (_REDUCE, self.view(op.dst), tuple(self.view(r) for r in srcs))
+        views = tuple(self.view(r) for r in srcs)
+        stride = _stride(op.srcs)
+        if stride is not None and op.dst not in op.srcs and self.array_kind == "numpy":
+            first = op.srcs[0]
+            flat = self.views[first.buffer][first.offset:op.srcs[-1].stop]
+            return (_ROWS, self.view(op.dst), views, flat, stride)
+        return (_REDUCE, self.view(op.dst), views)
 
     def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> tuple:
         """Gather ``regions`` into ``packed`` (or scatter back): one kernel call per run of
@@ -348,7 +354,21 @@ class Binding:
         self.steps_by_parity = [[]]
 
 
-_COPY, _REDUCE, _GATHER, _SCATTER = range(4)
+_COPY, _REDUCE, _GATHER, _SCATTER, _ROWS = range(5)
+
+
+def _stride(regions: tuple[Region, ...]) -> int | None:
+    """The common distance between equally sized regions of one buffer laid out at a fixed
+    stride (a one-pass row reduction applies), or None."""
+    first = regions[0]
+    if len(regions) < 3 or any(r.buffer != first.buffer or r.count != first.count
+                               for r in regions):
+        return None
+    stride = regions[1].offset - first.offset
+    if stride < first.count or any(b.offset - a.offset != stride
+                                   for a, b in zip(regions, regions[1:])):
+        return None
+    return stride
 _STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)
 
 
@@ -365,16 +385,18 @@ def _alive() -> bool:
     return True
 
 
-def _run_ops(ops: list[tuple], reduce: kernels.Reducer) -> None:
+def _run_ops(ops: list[tuple], reduce: kernels.Reduction) -> None:
     for op in ops:
         code = op[0]
         if code == _COPY:
             op[1][...] = op[2]
-        elif code == _REDUCE:
+        elif code == _ROWS and reduce.rows is not None:
+            reduce.rows(op[1], op[3], op[4], len(op[2]))
+        elif code in (_REDUCE, _ROWS):
             dst, srcs = op[1], op[2]
-            reduce(dst, srcs[0], srcs[1])
+            reduce.pair(dst, srcs[0], srcs[1])
             for src in srcs[2:]:
-                reduce(dst, dst, src)
+                reduce.pair(dst, dst, src)
         else:
             move = kernels.gather if code == _GATHER else kernels.scatter
             for packed, buffer, starts, counts in op[1]:
@@ -402,7 +424,7 @@ class Operation:
     __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done",
                  "computed", "steps")
 
-    def __init__(self, binding: Binding, reduce: kernels.Reducer | None,
+    def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
                  on_done: Callable[[], None]):
         self.binding = binding
         self.reduce = reduce
