@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import registry
 from .schedule import uniform_call
+from .topology import from_spec
 
 HEADER = """# Algorithm catalogue
 
@@ -64,15 +65,23 @@ def readme() -> str:
     return f"{HEADER}\n{table()}\n"
 
 
-def draw(collective: str, name: str, p: int, path: Path, n: int | None = None) -> None:
-    """A picture of the schedule of ``name`` at ``p`` ranks: one row per rank, one column per
-    step, an arrow per message (thicker for more elements), a dot per sync."""
+# families drawn on a topology: its shape matters to their schedules
+PICTURE_TOPOLOGY = {"rat": "racks=2,nodes_per_rack=2,ppn=2", "csc": "nodes=2,ppn=4"}
+
+
+def draw(collective: str, name: str, p: int, path: Path, n: int | None = None,
+         topology: str | None = None) -> None:
+    """A picture of the schedule of ``name`` at ``p`` ranks (on ``topology``, a spec): one row
+    per rank, one column per step, an arrow per message (thicker for more elements), a square
+    per node sync."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     algorithm = registry.get(collective, name)
     n = n if n is not None else 2 * p
-    programs = [algorithm.planner(uniform_call(collective, p, r, n)) for r in range(p)]
+    shape = from_spec(topology, p) if topology else None
+    programs = [algorithm.planner(uniform_call(collective, p, r, n, topology=shape))
+                for r in range(p)]
     steps = max(len(prog.steps) for prog in programs)
     biggest = max((s.count for prog in programs for st in prog.steps for s in st.sends),
                   default=1) or 1
@@ -93,7 +102,8 @@ def draw(collective: str, name: str, p: int, path: Path, n: int | None = None) -
     axis.set_yticks(range(p))
     axis.set_xlabel("step")
     axis.set_ylabel("rank")
-    axis.set_title(f"{collective} / {name}, p = {p}", fontsize=10)
+    axis.set_title(f"{collective} / {name}, p = {p}" + (f", {topology}" if topology else ""),
+                   fontsize=10)
     for s in range(1, steps):
         axis.axvline(s, color="0.9", lw=0.8)
     fig.tight_layout()
@@ -119,10 +129,12 @@ def family_page(family: str, pictures: dict[tuple[str, str], str]) -> str:
     return "\n".join(lines)
 
 
-def picture_ranks(algorithm: registry.Algorithm) -> int | None:
+def picture_ranks(algorithm: registry.Algorithm, topology: str | None) -> int | None:
     """A small rank count the algorithm serves, for its picture (None: not drawable)."""
     for p in (8, 6, 4):
-        if algorithm.violated(uniform_call(algorithm.collective, p, 0, 2 * p)) is None:
+        shape = from_spec(topology, p) if topology and p == 8 else None
+        if (not topology or shape) and algorithm.violated(
+                uniform_call(algorithm.collective, p, 0, 2 * p, topology=shape)) is None:
             return p
     return None
 
@@ -135,11 +147,14 @@ def write(directory: Path) -> list[Path]:
     written[0].write_text(readme())
     pictures = {}
     for a in registry.algorithms():
-        p = picture_ranks(a)
+        topology = PICTURE_TOPOLOGY.get(a.family)
+        if topology and picture_ranks(a, topology) is None:
+            topology = None               # not on several nodes (csc alltoall): one node
+        p = picture_ranks(a, topology)
         if p is None or a.collective == "alltoallv":
             continue
         path = directory / "pictures" / f"{a.family}_{a.collective}_{a.name}.png"
-        draw(a.collective, a.name, p, path)
+        draw(a.collective, a.name, p, path, topology=topology)
         pictures[a.collective, a.name] = f"pictures/{path.name}"
         written.append(path)
     for family in dict.fromkeys(a.family for a in registry.algorithms()):
