@@ -21,7 +21,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import buffers, kernels, registry, settings, tuning
-from .executor import NodeWindow, Operation, Plan, deadline_from, wait_requests
+from .executor import (NodeWindow, Operation, Plan, deadline_from, note_ranks_per_host,
+                       wait_requests)
 from .schedule import Call, buffer_sizes, offsets
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 from .verify import IN_PLACE_COLLECTIVES
@@ -106,6 +107,9 @@ def context(comm: MPI.Comm) -> Context:
     if found is None:
         dup, request = comm.Idup()
         wait_requests([request], "creating hpccoll's private communicator (Comm.Idup)")
+        host = dup.Split_type(MPI.COMM_TYPE_SHARED)
+        note_ranks_per_host(host.Get_size())
+        host.Free()
         found = Context(dup, detect_topology(dup))
         comm.Set_attr(_KEYVAL, found)
     return found

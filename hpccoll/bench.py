@@ -30,6 +30,9 @@ from . import api, registry, settings
 from .schedule import even_split
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# the MPI library's collective called through hpccoll (non-blocking, polled with the
+# deadline), as ``algorithm="native"`` runs it; "native" is the plain mpi4py call
+API_NATIVE = "hpccoll-native"
 
 
 def parse_size(text: str) -> int:
@@ -132,6 +135,8 @@ class Case:
                 return lambda: comm.Reduce_scatter(send, recv, counts)
             return lambda: comm.Allreduce(send, recv)
         function = getattr(api, coll)
+        if algorithm == API_NATIVE:
+            algorithm = registry.NATIVE
         if coll == "reduce_scatter":
             counts = self.recvcounts
             return lambda: function(comm, send, recv, recvcounts=counts, algorithm=algorithm)
@@ -228,22 +233,23 @@ def iterations_for(size: int, iterations: int) -> int:
 
 
 def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
-    """'all' or a comma list -> names (native first); forced ones must apply at p ('auto' is
-    allowed: what algorithm="auto" picks, size by size)."""
+    """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
+    native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
+    size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
     from .schedule import uniform_call
     call = uniform_call(collective, p, 0, 1)
-    if spec == "all":
-        names = [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
-    else:
-        names = [n.strip() for n in spec.split(",") if n.strip() and n.strip() != registry.NATIVE]
-        for name in names:
-            if name == "auto":
-                continue
-            reason = registry.get(collective, name).violated(call)
+    names: list[str] = []
+    for name in (n.strip() for n in spec.split(",")):
+        if name == "all":
+            names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
+        elif name and name != registry.NATIVE:
+            reason = None if name in ("auto", API_NATIVE) else \
+                registry.get(collective, name).violated(call)
             if reason:
                 raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
                                  f"it requires {reason}")
-    return [registry.NATIVE] + names
+            names.append(name)
+    return [registry.NATIVE] + list(dict.fromkeys(names))
 
 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],

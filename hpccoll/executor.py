@@ -29,7 +29,21 @@ from . import buffers, kernels, settings
 from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
 
 BINDINGS_PER_PLAN = 4
-YIELD_AFTER = 16
+POLLS_BEFORE_YIELD = {False: 256, True: 16}   # idle polls before yielding: cores to spare, or not
+_idle_polls = POLLS_BEFORE_YIELD[False]
+
+
+def idle_polls() -> int:
+    """Idle polls of a wait before each further poll yields the core."""
+    return _idle_polls
+
+
+def note_ranks_per_host(ranks: int) -> None:
+    """Poll longer before yielding when this host has a core per rank, yield early when ranks
+    outnumber cores (a spinning rank then holds the core its peer needs: measured at 4 ranks
+    on 2 cores, yielding after 16 polls instead of 256 makes small collectives 3x faster)."""
+    global _idle_polls
+    _idle_polls = POLLS_BEFORE_YIELD[ranks > (os.cpu_count() or 1)]
 
 
 class CollectiveTimeout(RuntimeError):
@@ -67,7 +81,7 @@ def wait_requests(requests: list[MPI.Request], what: str | Callable[[], str],
         if done is None:
             break
         spins += 1
-        if spins > YIELD_AFTER:
+        if spins > _idle_polls:
             os.sched_yield()
         if deadline is not None and spins % 64 == 0 and time.monotonic() > deadline:
             open_ = [i for i, r in enumerate(requests) if not r.Test()]
@@ -133,6 +147,9 @@ class NodeWindow:
         if nbytes <= self.half:
             return
         half = -(-nbytes // self.ALIGN) * self.ALIGN
+        if 2 * half > buffers.physical_memory():    # every rank of the node sees the same
+            raise MemoryError(f"a shared window of {2 * half} bytes is more than this node's "
+                              f"memory ({buffers.physical_memory()} bytes)")
         self._release()
         size = 2 * half if self.node_comm.Get_rank() == 0 else 0
         try:

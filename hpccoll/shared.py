@@ -62,7 +62,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import api, buffers, kernels, registry, settings
-from .executor import YIELD_AFTER, CollectiveTimeout, deadline_from, wait_requests
+from .executor import CollectiveTimeout, deadline_from, idle_polls, wait_requests
 from .schedule import Call
 
 ALIGN = 64              # bytes: regions written by different ranks start on cache lines
@@ -176,9 +176,9 @@ class _SharedCollective:
                                    f"node {node} do not all share memory (Split_type("
                                    "COMM_TYPE_SHARED) splits them); give a topology whose "
                                    "nodes are shared-memory nodes")
-            elif nbytes > _physical_memory():
+            elif nbytes > buffers.physical_memory():
                 error = ValueError(f"a shared segment of {nbytes} bytes per node is "
-                                   f"more than this node's memory ({_physical_memory()} bytes)")
+                                   f"more than this node's memory ({buffers.physical_memory()} bytes)")
         except Exception as exc:     # noqa: BLE001  (an MPI failure becomes everyone's error)
             error = exc
         try:
@@ -233,7 +233,7 @@ class _SharedCollective:
         spins, start = 0, time.monotonic()
         while arrivals.min() < epoch:
             spins += 1
-            if spins > YIELD_AFTER:
+            if spins > idle_polls():
                 os.sched_yield()
             if spins % 64 == 0:
                 deadline = deadline_from(start)
@@ -315,13 +315,6 @@ class _SharedCollective:
                 self.free()
             except CollectiveTimeout:
                 pass                 # the peers are elsewhere: leak rather than mask `exc`
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
 
 
 class SharedAllgather(_SharedCollective):

@@ -5,7 +5,7 @@ Resolution order (the first that names an algorithm whose constraints hold for t
 1. ``HPCCOLL_<COLLECTIVE>_ALGORITHM`` (e.g. ``HPCCOLL_ALLREDUCE_ALGORITHM=ring``);
 2. the decision table in ``HPCCOLL_TUNING_FILE`` (written by ``hpccoll tune``);
 3. the decision table shipped with the package (``hpccoll/tuning.json``, from the runs
-   recorded in ``perf/``);
+   recorded in ``perf/``); ``HPCCOLL_TUNING_FILE=none`` skips both tables;
 4. the cost model (:mod:`hpccoll.costmodel`): the applicable algorithm with the lowest
    predicted time on the call's topology.
 
@@ -64,8 +64,10 @@ def decide(call: Call, nbytes: int) -> Decision:
         if verdict is None:
             return Decision(forced, "environment", f"{variable}={forced}")
         skipped.append(f"{variable}={forced} does not apply ({verdict})")
-    for source, path in (("tuning file", os.environ.get("HPCCOLL_TUNING_FILE")),
-                         ("shipped table", str(SHIPPED) if SHIPPED.exists() else None)):
+    given = os.environ.get("HPCCOLL_TUNING_FILE")
+    tables = [] if given == "none" else \
+        [("tuning file", given), ("shipped table", str(SHIPPED) if SHIPPED.exists() else None)]
+    for source, path in tables:
         if not path:
             continue
         table = load_table(path, _mtime(path))
@@ -149,12 +151,18 @@ def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int
     return None
 
 
-def rules_from_timings(timings: dict[int, dict[str, float]]) -> list[dict[str, Any]]:
-    """Rules from ``{size: {algorithm: time}}``: the fastest per measured size, runs of equal
-    winners merged; a rule covers up to the last size it won (the last rule: any size)."""
+def rules_from_timings(timings: dict[int, dict[str, float]], keep: float = 0.05
+                       ) -> list[dict[str, Any]]:
+    """Rules from ``{size: {algorithm: time}}``: the fastest per measured size, except that the
+    previous size's choice is kept while it is within ``keep`` (5%) of the fastest (so noise
+    does not fragment the table); runs of equal choices merged; a rule covers up to the last
+    size it won (the last rule: any size)."""
     rules: list[dict[str, Any]] = []
     for size in sorted(timings):
-        winner = min(timings[size], key=timings[size].get)
+        times = timings[size]
+        winner = min(times, key=times.get)
+        if rules and times.get(rules[-1]["algorithm"], float("inf")) <= times[winner] * (1 + keep):
+            winner = rules[-1]["algorithm"]
         if rules and rules[-1]["algorithm"] == winner:
             rules[-1]["max_bytes"] = size
         else:

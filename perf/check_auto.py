@@ -29,9 +29,9 @@ def bench(collective: str, ranks: int, sizes: str, iterations: int, tuning: str 
     env = dict(os.environ)
     env.pop("HPCCOLL_TUNING_FILE", None)
     if tuning:
-        env["HPCCOLL_TUNING_FILE"] = os.path.abspath(tuning)
+        env["HPCCOLL_TUNING_FILE"] = tuning if tuning == "none" else os.path.abspath(tuning)
     command = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "hpccoll", "bench",
-               collective, "-a", "all,auto", "-m", sizes, "-i", str(iterations),
+               collective, "-a", "all,hpccoll-native,auto", "-m", sizes, "-i", str(iterations),
                "--json", path]
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     with open(path) as f:
@@ -44,13 +44,14 @@ def main() -> int:
     parser.add_argument("--collectives", nargs="+", default=COLLECTIVES)
     parser.add_argument("-m", "--sizes", default="8:16M")
     parser.add_argument("-i", "--iterations", type=int, default=100)
-    parser.add_argument("--tuning", help="decision table (HPCCOLL_TUNING_FILE)")
+    parser.add_argument("--tuning", help="decision table (HPCCOLL_TUNING_FILE; 'none': no "
+                                         "table, the cost model decides)")
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     lines = ["# auto against the best forced algorithm", "",
              f"`python {' '.join(sys.argv)}`", "",
-             f"tuning file: {args.tuning or 'none (shipped table, then cost model)'}; "
+             f"tuning file: {args.tuning or 'not set (the shipped table, then the cost model)'}; "
              f"auto must be within {args.tolerance:.0%} of the fastest algorithm (native "
              "included, since auto may pick it) and never the slowest.", "",
              "| collective | ranks | size | auto picks (us) | best | best (us) | auto/best | "
@@ -65,6 +66,7 @@ def main() -> int:
                     here = [r for r in results if r["bytes"] == size]
                     rows = {r["algorithm"]: r["time_us"] for r in here}
                     auto = rows.pop("auto")
+                    rows["native"] = rows.pop("hpccoll-native")   # what auto would run
                     picked = next(r["resolved"] for r in here if r["algorithm"] == "auto")
                     best = min(rows, key=rows.get)
                     worst = max(rows, key=rows.get)

@@ -151,3 +151,11 @@ def test_bench_straggler_injection(tmp_path):
     assert ring[0]["time_us"] >= 4 * 5000
     done = hpccoll("bench", "allreduce", "-m", "1K", "--pause", "1:2:5", ranks=2)
     assert done.returncode == 2 and "probability must be in [0, 1]" in done.stderr
+
+
+def test_rules_keep_a_choice_within_five_percent():
+    from hpccoll import tuning
+    timings = {8: {"a": 1.0, "b": 2.0}, 16: {"a": 1.03, "b": 1.0}, 32: {"a": 2.0, "b": 1.0},
+               64: {"a": 2.0, "b": 1.0}}
+    assert tuning.rules_from_timings(timings) == [{"max_bytes": 16, "algorithm": "a"},
+                                                  {"max_bytes": None, "algorithm": "b"}]

@@ -234,3 +234,44 @@ def test_allgather_stream_yields_data_as_it_arrives(mpi_ranks, comm):
         assert (seen == 1).all(), name
         if name == "ring":
             assert yields == max(p - 1, 1)
+
+
+@pytest.mark.mpi(ranks=[4, 6, 8], timeout=300)
+def test_topology_aware_algorithms_on_given_topologies(mpi_ranks, comm):
+    """multiring (multi-node cycles), rat (trees over nodes and racks) and csc (hierarchical)
+    on communicators whose topology splits this machine into several nodes and racks."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    specs = {4: ["nodes=2,ppn=2", "racks=2,nodes_per_rack=2,ppn=1"],
+             6: ["nodes=2,ppn=3", "nodes=3,ppn=2"],
+             8: ["nodes=2,ppn=4", "racks=2,nodes_per_rack=2,ppn=2"]}[p]
+    for spec in specs:
+        sub = comm.Dup()
+        hpccoll.set_topology(sub, spec)
+        for n in [0, 5, 301]:
+            send = data(r, n, "float64")
+            want = np.zeros(n * p)
+            comm.Allgather(send, want)
+            for name in ["multiring", "csc", "ring"]:
+                got = np.zeros(n * p)
+                hpccoll.allgather(sub, send, got, algorithm=name)
+                check(got, want, f"allgather {name} {spec} n={n}")
+            vector = data(r, n * p, "int32")
+            total = np.zeros(n * p, "int32")
+            comm.Allreduce(vector, total)
+            for name in ["multiring", "rat", "csc", "rabenseifner"]:
+                got = np.zeros(n * p, "int32")
+                hpccoll.allreduce(sub, vector, got, algorithm=name)
+                check(got, total, f"allreduce {name} {spec} n={n}")
+                inplace = vector.copy()
+                hpccoll.allreduce(sub, MPI.IN_PLACE, inplace, algorithm=name,
+                                  options={"segment_bytes": 64})
+                check(inplace, total, f"allreduce in place {name} {spec} n={n}")
+            block = np.zeros(n, "int32")
+            comm.Reduce_scatter_block(vector, block)
+            for name in ["multiring", "csc"]:
+                got = np.zeros(n, "int32")
+                hpccoll.reduce_scatter(sub, vector, got, algorithm=name)
+                check(got, block, f"reduce_scatter {name} {spec} n={n}")
+        sub.Free()

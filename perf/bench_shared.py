@@ -1,0 +1,94 @@
+"""Zero-copy shared-result collectives against the native ones (seed 004's three-tier idea).
+
+``SharedAllgather.run()`` leaves the gathered result in the node's shared segment (one copy
+per node, read in place), ``SharedAllreduce.run()`` likewise for the reduced vector; the
+native collectives copy the result into every rank's private buffer.  The producer's write
+into ``.local`` is outside the timed region on both sides (native sends from a private
+array that is already filled).  Time: median over iterations of the slowest rank, each
+iteration after a barrier, OSU sizes (allgather: the block per rank; allreduce: the vector).
+
+Usage: mpiexec -n P python perf/bench_shared.py [-m 1K:64M] [-i 50] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll.bench import iterations_for, size_range
+
+
+def timed(comm, run, iterations: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        run()
+    times = np.zeros(iterations)
+    for i in range(iterations):
+        comm.Barrier()
+        start = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - start
+    slowest = np.zeros_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    return statistics.median(slowest.tolist()) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-m", "--sizes", default="1K:64M")
+    parser.add_argument("-i", "--iterations", type=int, default=50)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    p, rank = comm.size, comm.rank
+    rows = []
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"# `mpiexec -n {p} python {' '.join(sys.argv)}`")
+    say("| collective | size | native (us) | csc (us) | shared zero-copy (us) | csc vs native "
+        "| zero-copy vs native | wrong |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for size in size_range(args.sizes):
+        n = size // 4
+        iterations = iterations_for(size, args.iterations)
+        block = np.full(n, rank + 1, np.float32)
+        gathered = np.empty(n * p, np.float32)
+        with hpccoll.SharedAllgather(comm, (n,), np.float32) as shared:
+            def zero_copy():
+                shared.local[:] = block          # the producer's write: untimed below
+            zero_copy()
+            t_native = timed(comm, lambda: comm.Allgather(block, gathered), iterations)
+            t_csc = timed(comm, lambda: hpccoll.allgather(comm, block, gathered,
+                                                         algorithm="csc"), iterations)
+            t_shared = timed(comm, shared.run, iterations)
+            wrong = int(np.count_nonzero(shared.result != np.arange(1, p + 1)[:, None]))
+        rows.append({"collective": "allgather", "bytes": size, "native_us": t_native,
+                     "csc_us": t_csc, "shared_us": t_shared, "wrong": wrong})
+        total = np.empty(n, np.float32)
+        with hpccoll.SharedAllreduce(comm, (n,), np.float32) as shared:
+            shared.local[:] = block
+            t_native_r = timed(comm, lambda: comm.Allreduce(block, total), iterations)
+            t_csc_r = timed(comm, lambda: hpccoll.allreduce(comm, block, total, algorithm="csc"),
+                            iterations)
+            t_shared_r = timed(comm, shared.run, iterations)
+            wrong_r = int(np.count_nonzero(shared.result != p * (p + 1) / 2))
+        rows.append({"collective": "allreduce", "bytes": size, "native_us": t_native_r,
+                     "csc_us": t_csc_r, "shared_us": t_shared_r, "wrong": wrong_r})
+        for row in rows[-2:]:
+            say(f"| {row['collective']} | {size} | {row['native_us']:.1f} | {row['csc_us']:.1f} "
+                f"| {row['shared_us']:.1f} | {row['native_us'] / row['csc_us']:.2f}x | "
+                f"{row['native_us'] / row['shared_us']:.2f}x | {row['wrong']} |")
+    if args.json and rank == 0:
+        with open(args.json, "w") as f:
+            json.dump({"meta": {"ranks": p, "command": " ".join(sys.argv),
+                                "date": time.strftime("%Y-%m-%d %H:%M")}, "results": rows},
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
