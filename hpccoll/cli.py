@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("-i", "--iterations", type=int, default=50)
     tune.add_argument("-x", "--warmup", type=int, default=5)
     tune.add_argument("--dtype", default="float32")
+    tune.add_argument("--repeat", type=int, default=3,
+                      help="sweeps per collective; each time is the median over them "
+                           "(default 3: shared machines are noisy)")
     tune.add_argument("--out", default="hpccoll-tuning.json",
                       help="decision table to write; merged into if it exists (other rank "
                            "counts kept), default hpccoll-tuning.json")
@@ -142,6 +145,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     import json
     import os
+    import statistics
     from mpi4py import MPI
     from . import bench, tuning
     comm = MPI.COMM_WORLD
@@ -151,19 +155,23 @@ def _tune(args: argparse.Namespace) -> int:
         table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
     for collective in collectives:
         names = bench.selected_algorithms(collective, f"all,{bench.API_NATIVE}", comm.size)
-        results = bench.run(comm, collective, names, bench.size_range(args.sizes), args.dtype,
-                            args.iterations, args.warmup, check=True,
-                            out=sys.stdout if comm.rank == 0 else None)
-        if any(r.wrong for r in results):
-            if comm.rank == 0:
-                print(f"hpccoll tune: wrong results for {collective}; no table written",
-                      file=sys.stderr)
-            return 1
+        sweeps: dict[tuple[int, str], list[float]] = {}
+        for sweep in range(max(1, args.repeat)):
+            results = bench.run(comm, collective, names, bench.size_range(args.sizes),
+                                args.dtype, args.iterations, args.warmup, check=sweep == 0,
+                                out=sys.stdout if comm.rank == 0 else None)
+            if any(r.wrong for r in results):
+                if comm.rank == 0:
+                    print(f"hpccoll tune: wrong results for {collective}; no table written",
+                          file=sys.stderr)
+                return 1
+            for r in results:    # native as hpccoll runs it, not the plain mpi4py baseline
+                if r.algorithm != "native":
+                    name = "native" if r.algorithm == bench.API_NATIVE else r.algorithm
+                    sweeps.setdefault((r.bytes, name), []).append(r.time_us)
         timings: dict[int, dict[str, float]] = {}
-        for r in results:     # native as hpccoll runs it, not the plain mpi4py baseline
-            if r.algorithm != "native":
-                name = "native" if r.algorithm == bench.API_NATIVE else r.algorithm
-                timings.setdefault(r.bytes, {})[name] = r.time_us
+        for (size, name), times in sweeps.items():
+            timings.setdefault(size, {})[name] = statistics.median(times)
         table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings))
     if comm.rank == 0:
         with open(args.out, "w") as f:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,16 @@ COLLECTIVES = ["allgather", "reduce_scatter", "allreduce", "alltoall"]
 
 
 def bench(collective: str, ranks: int, sizes: str, iterations: int, tuning: str | None,
+          path: str, repeat: int) -> list[dict]:
+    """The results of ``repeat`` sweeps, each time the median over the sweeps."""
+    sweeps = [sweep(collective, ranks, sizes, iterations, tuning, path) for _ in range(repeat)]
+    merged = sweeps[0]
+    for i, row in enumerate(merged):
+        row["time_us"] = statistics.median(s[i]["time_us"] for s in sweeps)
+    return merged
+
+
+def sweep(collective: str, ranks: int, sizes: str, iterations: int, tuning: str | None,
           path: str) -> list[dict]:
     env = dict(os.environ)
     env.pop("HPCCOLL_TUNING_FILE", None)
@@ -47,13 +58,15 @@ def main() -> int:
     parser.add_argument("--tuning", help="decision table (HPCCOLL_TUNING_FILE; 'none': no "
                                          "table, the cost model decides)")
     parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--repeat", type=int, default=3, help="sweeps; times are medians")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     lines = ["# auto against the best forced algorithm", "",
              f"`python {' '.join(sys.argv)}`", "",
              f"tuning file: {args.tuning or 'not set (the shipped table, then the cost model)'}; "
              f"auto must be within {args.tolerance:.0%} of the fastest algorithm (native "
-             "included, since auto may pick it) and never the slowest.", "",
+             "included, since auto may pick it) and never the slowest; every time is the "
+             f"median of {args.repeat} sweeps.", "",
              "| collective | ranks | size | auto picks (us) | best | best (us) | auto/best | "
              "worst | ok |", "|---|---:|---:|---:|---|---:|---:|---|---|"]
     failures = 0
@@ -61,7 +74,7 @@ def main() -> int:
         for collective in args.collectives:
             for ranks in args.ranks:
                 results = bench(collective, ranks, args.sizes, args.iterations, args.tuning,
-                                os.path.join(tmp, "run.json"))
+                                os.path.join(tmp, "run.json"), args.repeat)
                 for size in sorted({r["bytes"] for r in results}):
                     here = [r for r in results if r["bytes"] == size]
                     rows = {r["algorithm"]: r["time_us"] for r in here}
