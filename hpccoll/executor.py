@@ -29,6 +29,7 @@ from . import buffers, kernels, settings
 from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
 
 BINDINGS_PER_PLAN = 4
+LARGE_BLOCKS = 8192      # mean bytes per block from which packing copies one slice per block
 POLLS_BEFORE_YIELD = {False: 256, True: 16}   # idle polls before yielding: cores to spare, or not
 _idle_polls = POLLS_BEFORE_YIELD[False]
 
@@ -417,14 +418,16 @@ def _run_ops(ops: list[tuple], reduce: kernels.Reduction) -> None:
         else:
             move = kernels.gather if code == _GATHER else kernels.scatter
             for packed, buffer, starts, counts in op[1]:
-                if isinstance(packed, np.ndarray):
+                if isinstance(packed, np.ndarray) and packed.nbytes < LARGE_BLOCKS * len(counts):
                     move(packed, buffer, starts, counts)
                 else:
-                    _move_device(code, packed, buffer, starts, counts)
+                    _move_slices(code, packed, buffer, starts, counts)
 
 
-def _move_device(code: int, packed: Any, buffer: Any, starts: np.ndarray,
+def _move_slices(code: int, packed: Any, buffer: Any, starts: np.ndarray,
                  counts: np.ndarray) -> None:
+    """Packing by one slice copy per block: for device arrays, and for large host blocks,
+    where a memcpy per block beats the element loop (perf/results/kernels.md)."""
     at = 0
     for s, c in zip(starts.tolist(), counts.tolist()):
         if code == _GATHER:

@@ -42,7 +42,7 @@ def timed(fn, repeat: int = 7, number: int | None = None) -> float:
 def regroup_cases():
     rng = np.random.default_rng(0)
     for blocks, block_bytes in [(64, 8), (256, 8), (1024, 8), (1024, 64), (4096, 16),
-                                (256, 4096), (64, 65536)]:
+                                (1024, 1024), (256, 4096), (128, 16384), (64, 65536)]:
         n = block_bytes // 4            # float32 elements per block
         src = rng.random(blocks * n * 2, dtype=np.float32)
         order = rng.permutation(2 * blocks)[:blocks]

@@ -3,8 +3,8 @@
 ``SharedAllgather.run()`` leaves the gathered result in the node's shared segment (one copy
 per node, read in place), ``SharedAllreduce.run()`` likewise for the reduced vector; the
 native collectives copy the result into every rank's private buffer.  The producer's write
-into ``.local`` is outside the timed region on both sides (native sends from a private
-array that is already filled).  Time: median over iterations of the slowest rank, each
+into ``.local`` (before every run: ``.local`` is the next run's slot) is outside the timed
+region, as native's producer filling its private send array is.  Time: median over iterations of the slowest rank, each
 iteration after a barrier, OSU sizes (allgather: the block per rank; allreduce: the vector).
 
 Usage: mpiexec -n P python perf/bench_shared.py [-m 1K:64M] [-i 50] [--json FILE]
@@ -25,11 +25,14 @@ import hpccoll
 from hpccoll.bench import iterations_for, size_range
 
 
-def timed(comm, run, iterations: int, warmup: int = 3) -> float:
+def timed(comm, run, iterations: int, warmup: int = 3, before=lambda: None) -> float:
+    """Median of the slowest rank's time of ``run``; ``before`` (untimed) precedes each."""
     for _ in range(warmup):
+        before()
         run()
     times = np.zeros(iterations)
     for i in range(iterations):
+        before()
         comm.Barrier()
         start = time.perf_counter()
         run()
@@ -59,23 +62,23 @@ def main() -> None:
         block = np.full(n, rank + 1, np.float32)
         gathered = np.empty(n * p, np.float32)
         with hpccoll.SharedAllgather(comm, (n,), np.float32) as shared:
-            def zero_copy():
-                shared.local[:] = block          # the producer's write: untimed below
-            zero_copy()
+            def produce():
+                shared.local[:] = block          # the producer's write, into the next run's slot
             t_native = timed(comm, lambda: comm.Allgather(block, gathered), iterations)
             t_csc = timed(comm, lambda: hpccoll.allgather(comm, block, gathered,
                                                          algorithm="csc"), iterations)
-            t_shared = timed(comm, shared.run, iterations)
+            t_shared = timed(comm, shared.run, iterations, before=produce)
             wrong = int(np.count_nonzero(shared.result != np.arange(1, p + 1)[:, None]))
         rows.append({"collective": "allgather", "bytes": size, "native_us": t_native,
                      "csc_us": t_csc, "shared_us": t_shared, "wrong": wrong})
         total = np.empty(n, np.float32)
         with hpccoll.SharedAllreduce(comm, (n,), np.float32) as shared:
-            shared.local[:] = block
+            def produce_r():
+                shared.local[:] = block
             t_native_r = timed(comm, lambda: comm.Allreduce(block, total), iterations)
             t_csc_r = timed(comm, lambda: hpccoll.allreduce(comm, block, total, algorithm="csc"),
                             iterations)
-            t_shared_r = timed(comm, shared.run, iterations)
+            t_shared_r = timed(comm, shared.run, iterations, before=produce_r)
             wrong_r = int(np.count_nonzero(shared.result != p * (p + 1) / 2))
         rows.append({"collective": "allreduce", "bytes": size, "native_us": t_native_r,
                      "csc_us": t_csc_r, "shared_us": t_shared_r, "wrong": wrong_r})

@@ -39,6 +39,9 @@ def sweep(collective: str, ranks: int, sizes: str, iterations: int, tuning: str 
           path: str) -> list[dict]:
     env = dict(os.environ)
     env.pop("HPCCOLL_TUNING_FILE", None)
+    env.pop("MPIR_CVAR_ENABLE_HEAVY_YIELD", None)
+    if ranks > os.cpu_count():      # oversubscribed: MPICH must yield (perf/launch.sh)
+        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
     if tuning:
         env["HPCCOLL_TUNING_FILE"] = tuning if tuning == "none" else os.path.abspath(tuning)
     command = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "hpccoll", "bench",
