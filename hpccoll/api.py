@@ -343,12 +343,9 @@ class PersistentRequest(Request):
 class _NativeOperation:
     """The MPI library's own non-blocking collective, with the same test/wait and deadline."""
 
-    def __init__(self, args: _Args, comm: MPI.Comm, send: Any, recv: Any,
-                 on_done: Callable[[], None]):
-        self.on_done = on_done
-        self.label = f"{args.collective}/native"
+    def __init__(self, label: str, request: MPI.Request, on_done: Callable[[], None]):
+        self.label, self.request, self.on_done = label, request, on_done
         self.done = False
-        self.request = _start_native(args, comm, send, recv)
         self.deadline = deadline_from(time.monotonic())
 
     def test(self) -> bool:
@@ -366,25 +363,31 @@ class _NativeOperation:
             self.on_done()
 
 
-def _start_native(args: _Args, comm: MPI.Comm, send: Any, recv: Any) -> MPI.Request:
+def _native_starter(args: _Args, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:
+    """``start(send, recv)`` for the MPI library's own non-blocking collective (send None
+    when in place), with the datatype, op and counts resolved once."""
     t = buffers.mpi_datatype(args.dtype)
-    call, recv_spec = args.call, [recv, t]
-    send_spec = MPI.IN_PLACE if send is None else [send, t]
-    coll = args.collective
+    call, coll = args.call, args.collective
+
+    def specs(send: Any, recv: Any) -> tuple[Any, Any]:
+        return MPI.IN_PLACE if send is None else [send, t], [recv, t]
     if coll == "allgather":
         counts = call.counts
         if len(set(counts)) == 1:
-            return comm.Iallgather(send_spec, recv_spec)
-        return comm.Iallgatherv(send_spec, [recv, counts, offsets(counts), t])
+            return lambda send, recv: comm.Iallgather(*specs(send, recv))
+        displs = offsets(counts)
+        return lambda send, recv: comm.Iallgatherv(specs(send, recv)[0],
+                                                   [recv, counts, displs, t])
     if coll == "alltoall":
-        return comm.Ialltoall(send_spec, recv_spec)
+        return lambda send, recv: comm.Ialltoall(*specs(send, recv))
     if coll == "alltoallv":
-        return comm.Ialltoallv([send, call.counts, call.sdispls, t],
-                               [recv, call.recvcounts, call.rdispls, t])
+        return lambda send, recv: comm.Ialltoallv([send, call.counts, call.sdispls, t],
+                                                  [recv, call.recvcounts, call.rdispls, t])
     op = buffers.native_op(args.op, args.dtype)
     if coll == "reduce_scatter":
-        return comm.Ireduce_scatter(send_spec, recv_spec, list(call.counts), op=op)
-    return comm.Iallreduce(send_spec, recv_spec, op=op)
+        counts = list(call.counts)
+        return lambda send, recv: comm.Ireduce_scatter(*specs(send, recv), counts, op=op)
+    return lambda send, recv: comm.Iallreduce(*specs(send, recv), op=op)
 
 
 class Prepared:
@@ -398,7 +401,10 @@ class Prepared:
         self.staged = array_kind == "cupy" and not buffers.gpu_aware()
         self.plan: Plan | None = None
         self.reduce = None
-        if algorithm != registry.NATIVE:
+        if algorithm == registry.NATIVE:
+            self.start_native = _native_starter(args, ctx.comm)
+            self.label = f"{args.collective}/native"
+        else:
             key = (args.collective, algorithm, args.call, args.dtype)
             planner = registry.get(args.collective, algorithm).planner
             label = f"{args.collective}/{algorithm}"
@@ -417,7 +423,7 @@ class Prepared:
         if self.staged:
             send, recv, on_done = _stage_on_host(send, recv)
         if self.plan is None:
-            return _NativeOperation(self.args, self.ctx.comm, send, recv, on_done)
+            return _NativeOperation(self.label, self.start_native(send, recv), on_done)
         window = self.ctx.node_window() if self.plan.program.window else None
         binding = self.plan.binding(self.ctx.comm, send, recv, addresses, tags, cache, window)
         return Operation(binding, self.reduce, on_done).start()

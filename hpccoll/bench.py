@@ -3,8 +3,10 @@
 Per message size and algorithm: a data check apart from the timed loop (seeded per-rank
 integer data, so reductions are exact and every rank can compute the expected result), then
 warm-up calls, then timed iterations each started after a barrier.  An iteration's time is
-the slowest rank's; the reported time is the median over iterations.  ``native`` is the MPI
-library's own collective called through mpi4py, the way a program would call it.
+the slowest rank's; the reported time is the median over iterations (the JSON also keeps the
+mean, which rare stalls move and the median hides: the figure for straggler runs).
+``native`` is the MPI library's own collective called through mpi4py, the way a program
+would call it.
 
 Sizes follow OSU: the block a rank contributes (allgather), sends to each peer (alltoall),
 or the whole vector (allreduce, and reduce_scatter's input).  Bandwidths follow nccl-tests:
@@ -20,6 +22,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, TextIO
 
@@ -82,6 +85,7 @@ class Result:
     vs_native: float | None
     wrong: int
     resolved: str | None = None       # what "auto" picked
+    mean_us: float | None = None      # mean over iterations of the slowest rank's time
 
 
 class Case:
@@ -211,9 +215,10 @@ class Straggler:
         return late
 
 
-def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int) -> float:
-    """Median over iterations of the slowest rank's time, in microseconds (each iteration
-    timed from a barrier)."""
+def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int,
+              warmup: int) -> tuple[float, float]:
+    """Median and mean over iterations of the slowest rank's time, in microseconds (each
+    iteration timed from a barrier)."""
     for _ in range(warmup):
         run()
     times = np.zeros(iterations)
@@ -224,7 +229,7 @@ def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: 
         times[i] = time.perf_counter() - start
     slowest = np.zeros_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)
-    return statistics.median(slowest.tolist()) * 1e6
+    return statistics.median(slowest.tolist()) * 1e6, float(slowest.mean()) * 1e6
 
 
 def iterations_for(size: int, iterations: int) -> int:
@@ -287,15 +292,15 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
             wrong = case.wrong(runner) if check else 0
             if straggler is not None:
                 runner = straggler.wrap(comm, name, runner)
-            t = _timed_with(straggler if comm.rank == getattr(straggler, "rank", -1) else None,
-                            lambda: time_runs(comm, runner, n_iter, warmup))
+            stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
+            t, mean = _timed_with(stalls, lambda: time_runs(comm, runner, n_iter, warmup))
             if name == registry.NATIVE:
                 native_time = t
             algbw = case.total * dt.itemsize / t / 1e3
             result = Result(collective, name, p, str(dt), case.count * dt.itemsize, case.count,
                             n_iter, t, algbw, algbw * busbw_factor(collective, p),
                             native_time / t if native_time else None, wrong,
-                            case.resolve(name) if name == "auto" else None)
+                            case.resolve(name) if name == "auto" else None, mean)
             results.append(result)
             ratio = f"{result.vs_native:9.2f}x" if result.vs_native else f"{'-':>10}"
             label = f"auto:{result.resolved}" if result.resolved else name
@@ -308,7 +313,8 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     return results
 
 
-def _timed_with(straggler: Straggler | None, measure: Callable[[], float]) -> float:
+def _timed_with(straggler: Straggler | None,
+                measure: Callable[[], tuple[float, float]]) -> tuple[float, float]:
     """``measure()`` with this rank's step pauses switched on (when it is the straggler)."""
     if straggler is None or not straggler.probability:
         return measure()
@@ -410,6 +416,7 @@ def report(paths: list[str]) -> str:
         out.append(f"`{meta['command']}` ({meta['date']}, {meta['mpi']})\n")
         out.append("| size | native (us) | " + " | ".join(names) + " | best |")
         out.append("|---:|---:|" + "---:|" * len(names) + "---|")
+        best_by_size = {}
         for size in sorted({r["bytes"] for r in results}):
             rows = {r["algorithm"]: r for r in results if r["bytes"] == size}
             native = rows.get("native")
@@ -422,8 +429,28 @@ def report(paths: list[str]) -> str:
             best = max(ranked, key=lambda r: r["vs_native"], default=None)
             native_us = f"{native['time_us']:.1f}" if native else "-"
             best_text = f"{best['algorithm']} {best['vs_native']:.2f}x" if best else "-"
+            if best:
+                best_by_size[size] = best
             out.append(f"| {human_size(size)} | {native_us} | " + " | ".join(cells) +
                        f" | {best_text} |")
         wrong = sum(r["wrong"] for r in results)
-        out.append(f"\n#wrong over the run: {wrong}\n")
+        out.append(f"\n{band_summary(best_by_size)}\n\n#wrong over the run: {wrong}\n")
     return "\n".join(out)
+
+
+SIZE_BANDS = (("<= 4K", 0, 4 << 10), ("8K-512K", 8 << 10, 512 << 10),
+              (">= 1M", 1 << 20, 1 << 62))
+
+
+def band_summary(best_by_size: dict[int, dict]) -> str:
+    """'best vs native by band': per size band, the range of the best algorithm's ratio and
+    the algorithms that were best, most often first."""
+    parts = []
+    for label, low, high in SIZE_BANDS:
+        band = [best for size, best in best_by_size.items() if low <= size <= high]
+        if band:
+            ratios = [best["vs_native"] for best in band]
+            names = Counter(best["algorithm"] for best in band).most_common()
+            parts.append(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x "
+                         f"({', '.join(name for name, _ in names)})")
+    return "best vs native by size band: " + "; ".join(parts)

@@ -177,8 +177,8 @@ class _SharedCollective:
                                    "COMM_TYPE_SHARED) splits them); give a topology whose "
                                    "nodes are shared-memory nodes")
             elif nbytes > buffers.physical_memory():
-                error = ValueError(f"a shared segment of {nbytes} bytes per node is "
-                                   f"more than this node's memory ({buffers.physical_memory()} bytes)")
+                error = ValueError(f"a shared segment of {nbytes} bytes per node is more than "
+                                   f"this node's memory ({buffers.physical_memory()} bytes)")
         except Exception as exc:     # noqa: BLE001  (an MPI failure becomes everyone's error)
             error = exc
         try:

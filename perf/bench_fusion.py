@@ -21,10 +21,11 @@ producer and the collective (so the collective is not charged for a slower produ
 iteration's time is the slowest rank's; the table gives the median over iterations of the
 communication + hand-off stage (end of the producer to start of the consumer) and of the
 whole pattern (producer + that + consumer).  Smaller sizes run more iterations (``--iters``
-at the largest size, up to 8 times more below it).  Size = the collective's data: the gathered result (AG), the reduced vector
-(RS), float32.  A data check (fused against unfused) runs apart from the timed loop.  It
-ends with the one-pass multi-source reduction kernel (``kernels.reduce_rows``) against
-NumPy.  BLAS runs one thread per rank (set before NumPy is imported).
+at the largest size, up to 8 times more below it).  Size = the collective's data: the
+gathered result (AG), the reduced vector (RS), float32.  A data check (fused against
+unfused) runs apart from the timed loop.  It ends with the one-pass multi-source reduction
+kernel (``kernels.reduce_rows``) against NumPy.  BLAS runs one thread per rank (set before
+NumPy is imported).
 
 Usage: mpiexec -n P python perf/bench_fusion.py [--sizes 2M,8M,32M] [--iters 20]
        [--warmup 3] [--hidden 1024] [--json FILE] [--no-kernels]

@@ -4,8 +4,9 @@
 per node, read in place), ``SharedAllreduce.run()`` likewise for the reduced vector; the
 native collectives copy the result into every rank's private buffer.  The producer's write
 into ``.local`` (before every run: ``.local`` is the next run's slot) is outside the timed
-region, as native's producer filling its private send array is.  Time: median over iterations of the slowest rank, each
-iteration after a barrier, OSU sizes (allgather: the block per rank; allreduce: the vector).
+region, as native's producer filling its private send array is.  Time: median over
+iterations of the slowest rank, each iteration after a barrier, OSU sizes (allgather: the
+block per rank; allreduce: the vector).
 
 Usage: mpiexec -n P python perf/bench_shared.py [-m 1K:64M] [-i 50] [--json FILE]
 """

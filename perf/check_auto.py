@@ -3,8 +3,13 @@
 Runs ``hpccoll bench C -a all,auto`` under mpiexec for each collective and rank count, with a
 given tuning file (or none: then the shipped table and the cost model decide), and checks at
 every measured size that auto is within ``--tolerance`` of the fastest forced algorithm
-(native excluded from "forced" unless the table may pick it -- it may), and that it is never
-the slowest.  Writes a markdown report.
+(native included: the table may pick it), and that it is never the slowest.  Writes a
+markdown report.
+
+The sweep's fastest of ten-odd algorithms is biased low (the winner's curse: the minimum of
+many noisy times is below each one's typical time), so a size that misses the tolerance is
+measured again head to head: ``auto`` against that winner alone, ``--repeat`` times more, and
+judged on those medians (column "again").
 
 Usage (repository root, in the venv):
     python perf/check_auto.py --ranks 2 4 --tuning perf/results/tuning.json \
@@ -25,31 +30,58 @@ import tempfile
 COLLECTIVES = ["allgather", "reduce_scatter", "allreduce", "alltoall"]
 
 
-def bench(collective: str, ranks: int, sizes: str, iterations: int, tuning: str | None,
-          path: str, repeat: int) -> list[dict]:
+def bench(collective: str, ranks: int, sizes: str, algorithms: str, iterations: int,
+          tuning: str | None, path: str, repeat: int) -> list[dict]:
     """The results of ``repeat`` sweeps, each time the median over the sweeps."""
-    sweeps = [sweep(collective, ranks, sizes, iterations, tuning, path) for _ in range(repeat)]
+    sweeps = [sweep(collective, ranks, sizes, algorithms, iterations, tuning, path)
+              for _ in range(repeat)]
     merged = sweeps[0]
     for i, row in enumerate(merged):
         row["time_us"] = statistics.median(s[i]["time_us"] for s in sweeps)
     return merged
 
 
-def sweep(collective: str, ranks: int, sizes: str, iterations: int, tuning: str | None,
-          path: str) -> list[dict]:
+def sweep(collective: str, ranks: int, sizes: str, algorithms: str, iterations: int,
+          tuning: str | None, path: str) -> list[dict]:
     env = dict(os.environ)
     env.pop("HPCCOLL_TUNING_FILE", None)
-    env.pop("MPIR_CVAR_ENABLE_HEAVY_YIELD", None)
-    if ranks > os.cpu_count():      # oversubscribed: MPICH must yield (perf/launch.sh)
-        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+    env.pop("MPIR_CVAR_ENABLE_HEAVY_YIELD", None)      # MPICH's defaults (perf/launch.sh)
     if tuning:
         env["HPCCOLL_TUNING_FILE"] = tuning if tuning == "none" else os.path.abspath(tuning)
     command = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "hpccoll", "bench",
-               collective, "-a", "all,hpccoll-native,auto", "-m", sizes, "-i", str(iterations),
+               collective, "-a", algorithms, "-m", sizes, "-i", str(iterations),
                "--json", path]
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     with open(path) as f:
         return json.load(f)["results"]
+
+
+SMALL = 4096     # bytes: the band where per-call overhead decides
+
+
+def small_summary(small: list[tuple[float, float, float]], tolerance: float) -> str:
+    """At small sizes: how much slower auto is than native MPI, against the per-call cost of
+    calling native through hpccoll (what any hpccoll call pays)."""
+    if not small:
+        return ""
+    extra = [auto - raw for auto, raw, _ in small]
+    overhead = [via - raw for _, raw, via in small]
+    beyond = sum(auto > via * (1 + tolerance) for auto, _, via in small)
+    return (f"<= {SMALL} B ({len(small)} sizes): auto - native: median "
+            f"{statistics.median(extra):.1f} us, max {max(extra):.1f} us; per-call overhead "
+            f"(native via hpccoll - native): median {statistics.median(overhead):.1f} us, max "
+            f"{max(overhead):.1f} us; sizes where auto is slower than native via hpccoll by "
+            f"more than {tolerance:.0%}: {beyond}")
+
+
+def head_to_head(collective: str, ranks: int, size: int, best: str, args, path: str) -> float:
+    """auto's time over ``best``'s, the two measured alone at ``size`` (medians of
+    ``args.repeat`` runs of twice the iterations)."""
+    forced = "hpccoll-native" if best == "native" else best
+    rows = bench(collective, ranks, f"{size}:{size}", f"{forced},auto", 2 * args.iterations,
+                 args.tuning, path, args.repeat)
+    times = {r["algorithm"]: r["time_us"] for r in rows}
+    return times["auto"] / times[forced]
 
 
 def main() -> int:
@@ -71,29 +103,39 @@ def main() -> int:
              "included, since auto may pick it) and never the slowest; every time is the "
              f"median of {args.repeat} sweeps.", "",
              "| collective | ranks | size | auto picks (us) | best | best (us) | auto/best | "
-             "worst | ok |", "|---|---:|---:|---:|---|---:|---:|---|---|"]
-    failures = 0
+             "worst | again: auto/best | ok | native (us) | native via hpccoll (us) |",
+             "|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|---:|"]
+    failures, small = 0, []
     with tempfile.TemporaryDirectory() as tmp:
         for collective in args.collectives:
             for ranks in args.ranks:
-                results = bench(collective, ranks, args.sizes, args.iterations, args.tuning,
-                                os.path.join(tmp, "run.json"), args.repeat)
+                path = os.path.join(tmp, "run.json")
+                results = bench(collective, ranks, args.sizes, "all,hpccoll-native,auto",
+                                args.iterations, args.tuning, path, args.repeat)
                 for size in sorted({r["bytes"] for r in results}):
                     here = [r for r in results if r["bytes"] == size]
                     rows = {r["algorithm"]: r["time_us"] for r in here}
                     auto = rows.pop("auto")
+                    raw = rows["native"]
                     rows["native"] = rows.pop("hpccoll-native")   # what auto would run
+                    if size <= SMALL:
+                        small.append((auto, raw, rows["native"]))
                     picked = next(r["resolved"] for r in here if r["algorithm"] == "auto")
                     best = min(rows, key=rows.get)
                     worst = max(rows, key=rows.get)
                     ratio = auto / rows[best]
-                    ok = ratio <= 1 + args.tolerance and auto < rows[worst]
+                    again = head_to_head(collective, ranks, size, best, args, path) \
+                        if ratio > 1 + args.tolerance else None
+                    ok = (ratio if again is None else again) <= 1 + args.tolerance \
+                        and auto < rows[worst]
                     failures += not ok
                     lines.append(f"| {collective} | {ranks} | {size} | {picked} "
                                  f"({auto:.1f}) | {best} | "
                                  f"{rows[best]:.1f} | {ratio:.2f} | {worst} | "
-                                 f"{'yes' if ok else 'NO'} |")
-    lines += ["", f"sizes outside the tolerance: {failures}"]
+                                 f"{'' if again is None else f'{again:.2f}'} | "
+                                 f"{'yes' if ok else 'NO'} | {raw:.1f} | {rows['native']:.1f} |")
+    lines += ["", f"sizes outside the tolerance: {failures} of {len(lines) - 8}", "",
+              small_summary(small, args.tolerance)]
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

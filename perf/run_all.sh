@@ -15,9 +15,11 @@ for ranks in 2 3 4; do
   launch "$ranks" hpccoll tune -m 8:16M -i 100 --out perf/results/tuning.json
 done
 cp perf/results/tuning.json hpccoll/tuning.json     # the table shipped with the package
+# (check_auto exits 1 when a size misses; the report records which, so the run goes on)
 python perf/check_auto.py --ranks 2 4 --tuning perf/results/tuning.json \
-  --out perf/results/auto_check_tuned.md
-python perf/check_auto.py --ranks 2 4 --tuning none --out perf/results/auto_check_cost_model.md
+  --out perf/results/auto_check_tuned.md || true
+python perf/check_auto.py --ranks 2 4 --tuning none --out perf/results/auto_check_cost_model.md \
+  || true
 python perf/bench_kernels.py --json perf/results/kernels.json > perf/results/kernels.md
 for ranks in 2 3 4; do
   launch "$ranks" hpccoll bench allgather -a ring,multiring -m 8:16M -i 100 \
@@ -33,6 +35,8 @@ for straggler in "" "--delay 1:2000" "--pause 1:0.05:2000"; do
 done
 hpccoll report perf/results/straggler_allreduce_4ranks_{none,delay1_2000,pause1_0.05_2000}.json \
   > perf/results/straggler_tables.md
+python perf/degradation.py perf/results/straggler_allreduce_4ranks_{none,delay1_2000,pause1_0.05_2000}.json \
+  > perf/results/straggler_degradation.md
 for ranks in 2 4; do
   launch "$ranks" python perf/bench_shared.py -m 1K:64M -i 50 \
     --json "perf/results/shared_${ranks}ranks.json" > "perf/results/shared_${ranks}ranks.md"

@@ -43,7 +43,7 @@ def test_bench_writes_checked_results(collective, tmp_path):
         assert {"native", "ring", "direct"} <= {r["algorithm"] for r in rows}
         native = rows[0]["time_us"]
         for row in rows:
-            assert row["wrong"] == 0 and row["time_us"] > 0
+            assert row["wrong"] == 0 and row["time_us"] > 0 and row["mean_us"] > 0
             assert row["vs_native"] == pytest.approx(native / row["time_us"])
             factor = 2 * 2 / 3 if collective == "allreduce" else 2 / 3
             assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor)
@@ -53,6 +53,16 @@ def test_bench_writes_checked_results(collective, tmp_path):
     body = [l for l in table.stdout.splitlines() if l.startswith("| ") and "size" not in l]
     assert len(body) == len(sizes) and body[0].startswith("| 4 |")
     assert "#wrong over the run: 0" in table.stdout
+    assert "best vs native by size band: <= 4K: " in table.stdout and "; 8K-512K: " in table.stdout
+
+
+def test_band_summary_gives_the_range_and_the_winners_per_band():
+    from hpccoll.bench import band_summary
+    best = {8: {"algorithm": "ring", "vs_native": 0.5}, 4096: {"algorithm": "direct",
+            "vs_native": 0.25}, 2048: {"algorithm": "ring", "vs_native": 0.3},
+            1 << 20: {"algorithm": "bruck", "vs_native": 1.5}}
+    assert band_summary(best) == ("best vs native by size band: <= 4K: 0.25-0.50x "
+                                  "(ring, direct); >= 1M: 1.50-1.50x (bruck)")
 
 
 def test_bench_rejects_an_algorithm_that_does_not_apply():

@@ -13,3 +13,23 @@ def test_ci_runs_the_readme_test_command():
     blocks = readme.split("```bash\n")
     assert ci_command[0] == blocks[2].split("\n")[0], "README's second command differs from CI's"
     assert "hpccoll bench" in blocks[1].split("\n")[0]
+
+
+def test_shipped_decision_table_names_algorithms_that_apply():
+    """The table behind algorithm="auto" is well formed, and every rule names native or a
+    registered algorithm whose constraints hold at every rank count of its range."""
+    import json
+    from hpccoll import registry, tuning
+    from hpccoll.schedule import uniform_call
+    table = json.loads(tuning.SHIPPED.read_text())
+    tuning.check_table(table, str(tuning.SHIPPED))
+    assert set(table["collectives"]) == {"allgather", "reduce_scatter", "allreduce", "alltoall"}
+    for collective, entries in table["collectives"].items():
+        for entry in entries:
+            low, high = entry["ranks"]
+            for rule in entry["rules"]:
+                if rule["algorithm"] == registry.NATIVE:
+                    continue
+                algorithm = registry.get(collective, rule["algorithm"])
+                for p in range(low, high + 1):
+                    assert algorithm.violated(uniform_call(collective, p, 0, 1)) is None
