@@ -133,10 +133,7 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
           f"({decision.source}: {decision.reason})")
     machine = costmodel.machine_for(call)
-    print(f"cost model ({machine.name}; each hpccoll algorithm plus "
-          f"{machine.call_overhead * 1e6:g} us per call):")
-    print(f"  {'native':<20} {costmodel.predict_native(call, machine) * 1e6:10.1f} us  "
-          "(best classic algorithm, run inside the MPI library)")
+    print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):
         reason = algorithm.violated(call)
         text = f"does not apply: needs {reason}" if reason else \

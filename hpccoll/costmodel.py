@@ -8,14 +8,6 @@ the sum).  A step of a rank costs the larger of its send and receive sides, plus
 reduction and copy work, plus a fixed software overhead per step; a program costs the sum over
 steps of the slowest rank's step.  Steps do not really run in lockstep, so this is an
 estimate of the critical path, good for ranking algorithms, not a simulator of contention.
-
-The native collective is modelled as the best of the classic algorithms MPI libraries choose
-among (MPICH, Open MPI's tuned component), run inside the library: the same schedules
-without hpccoll's per-step and per-call software overhead.  So :func:`best` picks one of
-hpccoll's algorithms only where its schedule beats every classic one by more than that
-overhead (multi-ring on full-mesh links, topology-aware trees, shared windows); where a
-library's own choice is merely worse than its best classic algorithm, only a measured
-decision table (``hpccoll tune``) can tell.
 """
 
 from __future__ import annotations
@@ -42,7 +34,6 @@ class Machine:
     intra: Link
     inter: Link
     step_overhead: float = 0.0        # software cost of a step with transfers (s)
-    call_overhead: float = 6e-6       # hpccoll's Python cost per call (perf/README.md)
     reduce_bandwidth: float = 4e9     # bytes/s of a local reduction (per input byte)
     copy_bandwidth: float = 8e9       # bytes/s of a local copy
 
@@ -137,31 +128,12 @@ def predict(call: Call, name: str, machine: Machine | None = None) -> float:
     return program_time(programs, call.itemsize, machine, node)
 
 
-# the classic algorithms of MPI libraries, per collective: the model's native collective
-CLASSIC = {"allgather": ("ring", "recursive_doubling", "direct"),
-           "reduce_scatter": ("ring", "recursive_halving", "direct"),
-           "allreduce": ("ring", "recursive_doubling", "rabenseifner"),
-           "alltoall": ("bruck", "pairwise", "direct"),
-           "alltoallv": ("pairwise", "direct")}
-
-
-def predict_native(call: Call, machine: Machine | None = None) -> float:
-    """Predicted time of the native collective: the best classic algorithm for ``call``
-    without hpccoll's per-step overhead."""
-    bare = replace(machine or machine_for(call), step_overhead=0.0)
-    return min(predict(call, name, bare) for name in CLASSIC[call.collective]
-               if registry.get(call.collective, name).violated(call) is None)
-
-
 def best(call: Call, machine: Machine | None = None) -> tuple[str, float]:
-    """The choice with the lowest predicted time for ``call``: an applicable registered
-    algorithm (its schedule plus the per-call overhead) or native."""
-    machine = machine or machine_for(call)
+    """The applicable registered algorithm with the lowest predicted time for ``call``."""
     candidates = [a.name for a in registry.algorithms(call.collective)
                   if a.violated(call) is None]
-    timed = [(predict(call, name, machine) + machine.call_overhead, order, name)
-             for order, name in enumerate(candidates)]          # ties: registration order
-    timed.append((predict_native(call, machine), len(candidates), registry.NATIVE))
+    timed = [(predict(call, name, machine), order, name)      # ties: registration order
+             for order, name in enumerate(candidates)]
     time, _, name = min(timed)
     return name, time
 

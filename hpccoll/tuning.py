@@ -6,10 +6,8 @@ Resolution order (the first that names an algorithm whose constraints hold for t
 2. the decision table in ``HPCCOLL_TUNING_FILE`` (written by ``hpccoll tune``);
 3. the decision table shipped with the package (``hpccoll/tuning.json``, from the runs
    recorded in ``perf/``); ``HPCCOLL_TUNING_FILE=none`` skips both tables;
-4. the cost model (:mod:`hpccoll.costmodel`): the applicable algorithm, or native, with the
-   lowest predicted time on the call's topology (native modelled as the best classic
-   algorithm run inside the MPI library, so the model leaves native only for a schedule
-   that beats every classic one by more than hpccoll's overhead).
+4. the cost model (:mod:`hpccoll.costmodel`): the applicable algorithm with the lowest
+   predicted time on the call's topology.
 
 A decision table, in the spirit of Open MPI's dynamic rules files::
 

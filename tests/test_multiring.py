@@ -240,19 +240,3 @@ def test_cost_model_prefers_topology_aware_cycles():
         m = costmodel.MACHINES[machine]
         assert costmodel.predict(flat, "multiring", m) > costmodel.predict(call, "multiring", m)
 
-
-def test_cost_model_picks_native_unless_a_schedule_beats_the_classic_ones():
-    """Native is modelled as the best classic algorithm without hpccoll's overheads: it wins
-    small messages (where those overheads dominate) and loses where hpccoll has a schedule
-    the classic ones lack (8 full-mesh links used at once: multi-ring, or the shared window)."""
-    for machine in ("shared-memory", "h100"):
-        small = uniform_call("allgather", 8, 0, 2, itemsize=4)
-        assert costmodel.best(small, costmodel.MACHINES[machine])[0] == "native"
-    m = costmodel.MACHINES["h100"]
-    large = uniform_call("allgather", 8, 0, 16 * MIB, itemsize=4)
-    ring = costmodel.predict(large, "ring", m)
-    assert costmodel.predict_native(large, m) == pytest.approx(
-        min(costmodel.predict(large, name, replace(m, step_overhead=0))
-            for name in ("ring", "recursive_doubling", "direct")))
-    name, predicted = costmodel.best(large, m)
-    assert name != "native" and predicted < 0.6 * costmodel.predict_native(large, m) < ring
