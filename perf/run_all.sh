@@ -47,3 +47,10 @@ for collective in allgather reduce_scatter allreduce alltoall; do
   launch 2 hpccoll bench "$collective" -a all -m 8:16M -i 100 \
     --plot "perf/results/${collective}_2ranks.png" > /dev/null
 done
+{ echo "# csc allgather against native MPICH with and without its single-copy (CMA) transfers"
+  for cma in 1 0; do
+    echo; echo "\`MPIR_CVAR_CH4_CMA_ENABLE=$cma mpiexec -n 2 hpccoll bench allgather -a csc,direct -m 1M:4M -i 50\`"
+    echo; echo '```text'
+    MPIR_CVAR_CH4_CMA_ENABLE=$cma launch 2 hpccoll bench allgather -a csc,direct -m 1M:4M -i 50
+    echo '```'
+  done; } > perf/results/csc_cma.md
