@@ -215,14 +215,16 @@ class Straggler:
         return late
 
 
-def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int,
-              warmup: int) -> tuple[float, float]:
+def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int,
+              before: Callable[[], None] = lambda: None) -> tuple[float, float]:
     """Median and mean over iterations of the slowest rank's time, in microseconds (each
-    iteration timed from a barrier)."""
+    iteration timed from a barrier; ``before``, untimed, precedes every run)."""
     for _ in range(warmup):
+        before()
         run()
     times = np.zeros(iterations)
     for i in range(iterations):
+        before()
         comm.Barrier()
         start = time.perf_counter()
         run()

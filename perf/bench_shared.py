@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -23,24 +22,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.bench import iterations_for, size_range
+from hpccoll.bench import iterations_for, size_range, time_runs
 
 
-def timed(comm, run, iterations: int, warmup: int = 3, before=lambda: None) -> float:
+def timed(comm, run, iterations: int, before=lambda: None) -> float:
     """Median of the slowest rank's time of ``run``; ``before`` (untimed) precedes each."""
-    for _ in range(warmup):
-        before()
-        run()
-    times = np.zeros(iterations)
-    for i in range(iterations):
-        before()
-        comm.Barrier()
-        start = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - start
-    slowest = np.zeros_like(times)
-    comm.Allreduce(times, slowest, op=MPI.MAX)
-    return statistics.median(slowest.tolist()) * 1e6
+    return time_runs(comm, run, iterations, 3, before)[0]
 
 
 def main() -> None:
