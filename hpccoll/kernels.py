@@ -22,31 +22,30 @@ Reducer = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @lru_cache(maxsize=None)
-def _combiners() -> dict[str, Callable]:
-    """The scalar operations, compiled; the kernels below are made once per operation around
-    them (Numba inlines the call and caches each kernel per operation)."""
-    from numba import njit
-    jit = njit(cache=True, nogil=True, inline="always")
-    return {"sum": jit(lambda a, b: a + b), "prod": jit(lambda a, b: a * b),
-            "min": jit(lambda a, b: min(a, b)), "max": jit(lambda a, b: max(a, b))}
-
-
-def _jit() -> Callable:
-    from numba import njit
-    return njit(cache=True, nogil=True)
-
-
-def _pair_kernel(combine: Callable) -> Callable:
-    @_jit()
-    def pair(dst, a, b):
-        for i in range(dst.size):
-            dst[i] = combine(a[i], b[i])
-    return pair
-
-
-@lru_cache(maxsize=None)
 def _numba_kernels() -> dict[str, Callable]:
-    jit = _jit()
+    from numba import njit
+
+    jit = njit(cache=True, nogil=True)
+
+    @jit
+    def sum_kernel(dst, a, b):
+        for i in range(dst.size):
+            dst[i] = a[i] + b[i]
+
+    @jit
+    def prod_kernel(dst, a, b):
+        for i in range(dst.size):
+            dst[i] = a[i] * b[i]
+
+    @jit
+    def min_kernel(dst, a, b):
+        for i in range(dst.size):
+            dst[i] = min(a[i], b[i])
+
+    @jit
+    def max_kernel(dst, a, b):
+        for i in range(dst.size):
+            dst[i] = max(a[i], b[i])
 
     @jit
     def gather(out, src, starts, counts):
@@ -66,8 +65,8 @@ def _numba_kernels() -> dict[str, Callable]:
                 out[s + j] = src[at + j]
             at += c
 
-    pairs = {op: _pair_kernel(combine) for op, combine in _combiners().items()}
-    return {**pairs, "gather": gather, "scatter": scatter}
+    return {"sum": sum_kernel, "prod": prod_kernel, "min": min_kernel, "max": max_kernel,
+            "gather": gather, "scatter": scatter}
 
 
 def reducer(op: str, dtype: np.dtype) -> Reducer:
@@ -132,12 +131,12 @@ def row_kernels() -> dict[str, Callable]:
     to row 0 op ... op row p-1, row i being ``flat[i*stride : i*stride + dst.size]`` of a
     C-contiguous 1-D ``flat``; one pass over the sources, 16 KiB of ``dst`` at a time so the
     accumulator stays in L1 and the inner loops vectorise.  Not for float16."""
-    return {op: _rows_kernel(combine) for op, combine in _combiners().items()}
+    from numba import njit
 
+    jit = njit(cache=True, nogil=True)
 
-def _rows_kernel(combine: Callable) -> Callable:
-    @_jit()
-    def rows(dst, flat, stride, p):
+    @jit
+    def rows_sum(dst, flat, stride, p):
         chunk = max(256, 16384 // dst.itemsize)
         for j0 in range(0, dst.size, chunk):
             m = min(chunk, dst.size - j0)
@@ -147,8 +146,48 @@ def _rows_kernel(combine: Callable) -> Callable:
             for i in range(1, p):
                 s = flat[i * stride + j0:i * stride + j0 + m]
                 for j in range(m):
-                    d[j] = combine(d[j], s[j])
-    return rows
+                    d[j] = d[j] + s[j]
+
+    @jit
+    def rows_prod(dst, flat, stride, p):
+        chunk = max(256, 16384 // dst.itemsize)
+        for j0 in range(0, dst.size, chunk):
+            m = min(chunk, dst.size - j0)
+            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
+            for j in range(m):
+                d[j] = a[j]
+            for i in range(1, p):
+                s = flat[i * stride + j0:i * stride + j0 + m]
+                for j in range(m):
+                    d[j] = d[j] * s[j]
+
+    @jit
+    def rows_min(dst, flat, stride, p):
+        chunk = max(256, 16384 // dst.itemsize)
+        for j0 in range(0, dst.size, chunk):
+            m = min(chunk, dst.size - j0)
+            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
+            for j in range(m):
+                d[j] = a[j]
+            for i in range(1, p):
+                s = flat[i * stride + j0:i * stride + j0 + m]
+                for j in range(m):
+                    d[j] = min(d[j], s[j])
+
+    @jit
+    def rows_max(dst, flat, stride, p):
+        chunk = max(256, 16384 // dst.itemsize)
+        for j0 in range(0, dst.size, chunk):
+            m = min(chunk, dst.size - j0)
+            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
+            for j in range(m):
+                d[j] = a[j]
+            for i in range(1, p):
+                s = flat[i * stride + j0:i * stride + j0 + m]
+                for j in range(m):
+                    d[j] = max(d[j], s[j])
+
+    return {"sum": rows_sum, "prod": rows_prod, "min": rows_min, "max": rows_max}
 
 
 def reduce_rows(op: str, dst: np.ndarray, rows: np.ndarray) -> None:
