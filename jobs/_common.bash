@@ -67,6 +67,10 @@ RUNNING_STEP=
 # `hpccoll jobs status` then asks SLURM).
 write_status() {
     local code=$1 state=COMPLETED i failed=()
+    # A signal from here on (SLURM's SIGTERM often comes just after a cancelled step ended and
+    # the script went on to exit) is recorded but must not cut the writing short.
+    trap 'TERMINATED=TERM' TERM
+    trap 'TERMINATED=INT' INT
     [ "$code" -eq 0 ] || state=FAILED
     [ -z "$TERMINATED" ] || state=TERMINATED
     for i in "${!STEP_NAMES[@]}"; do
@@ -121,6 +125,12 @@ run_step() {
     RUNNING_STEP=$name
     "$@" 2>&1 | tee "$RUN_DIR/$name.log"
     code=${PIPESTATUS[0]}
+    if [ "$code" -gt 128 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+        # The step was killed by a signal.  When SLURM is ending the job (scancel, time limit)
+        # it cancels the step first and signals this script moments later: wait for that, so
+        # the job is recorded as terminated during this step, not as a step that failed.
+        sleep 3 & wait $!
+    fi
     RUNNING_STEP=
     STEP_NAMES+=("$name")
     STEP_CODES+=("$code")
