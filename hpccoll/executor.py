@@ -29,7 +29,6 @@ from . import buffers, kernels, settings
 from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
 
 BINDINGS_PER_PLAN = 4
-LARGE_BLOCKS = 8192      # mean bytes per block from which packing copies one slice per block
 POLLS_BEFORE_YIELD = {False: 256, True: 16}   # idle polls before yielding: cores to spare, or not
 _idle_polls = POLLS_BEFORE_YIELD[False]
 
@@ -342,26 +341,23 @@ class Binding:
         return (_REDUCE, self.view(op.dst), views)
 
     def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> tuple:
-        """Gather ``regions`` into ``packed`` (or scatter back): one kernel call per run of
-        regions in the same buffer, moving whole elements as unsigned words."""
-        host = self.array_kind == "numpy"
-        words = kernels.as_words if host else (lambda array: array)
-        scale = kernels.word_scale(self.plan.dtype.itemsize) if host else 1
+        """Gather ``regions`` into ``packed`` (or scatter back): one mover per run of regions
+        in the same buffer (:func:`kernels.block_mover`)."""
         runs, at = [], 0
         for region in regions:
-            block = (region.offset * scale, region.count * scale)
             if runs and runs[-1][0] == region.buffer:
-                runs[-1][2].append(block)
+                runs[-1][2].append(region)
             else:
-                runs.append((region.buffer, at, [block]))
-            at += region.count * scale
-        calls = []
+                runs.append((region.buffer, at, [region]))
+            at += region.count
+        movers = []
         for name, start, blocks in runs:
-            starts = np.array([s for s, _ in blocks], np.int64)
-            counts = np.array([c for _, c in blocks], np.int64)
-            calls.append((words(packed)[start:start + int(counts.sum())],
-                          words(self.views[name]), starts, counts))
-        return (_GATHER if gather else _SCATTER, calls)
+            count = sum(r.count for r in blocks)
+            movers.append(kernels.block_mover(
+                packed[start:start + count], self.views[name],
+                np.array([r.offset for r in blocks], np.int64),
+                np.array([r.count for r in blocks], np.int64), gather))
+        return (_MOVE, movers)
 
     def free(self) -> None:
         for steps in self.steps_by_parity:
@@ -372,7 +368,7 @@ class Binding:
         self.steps_by_parity = [[]]
 
 
-_COPY, _REDUCE, _GATHER, _SCATTER, _ROWS = range(5)
+_COPY, _REDUCE, _MOVE, _ROWS = range(4)
 
 
 def _stride(regions: tuple[Region, ...]) -> int | None:
@@ -416,25 +412,8 @@ def _run_ops(ops: list[tuple], reduce: kernels.Reduction) -> None:
             for src in srcs[2:]:
                 reduce.pair(dst, dst, src)
         else:
-            move = kernels.gather if code == _GATHER else kernels.scatter
-            for packed, buffer, starts, counts in op[1]:
-                if isinstance(packed, np.ndarray) and packed.nbytes < LARGE_BLOCKS * len(counts):
-                    move(packed, buffer, starts, counts)
-                else:
-                    _move_slices(code, packed, buffer, starts, counts)
-
-
-def _move_slices(code: int, packed: Any, buffer: Any, starts: np.ndarray,
-                 counts: np.ndarray) -> None:
-    """Packing by one slice copy per block: for device arrays, and for large host blocks,
-    where a memcpy per block beats the element loop (perf/results/kernels.md)."""
-    at = 0
-    for s, c in zip(starts.tolist(), counts.tolist()):
-        if code == _GATHER:
-            packed[at:at + c] = buffer[s:s + c]
-        else:
-            buffer[s:s + c] = packed[at:at + c]
-        at += c
+            for move, arguments in op[1]:
+                move(*arguments)
 
 
 class Operation:

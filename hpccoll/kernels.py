@@ -2,16 +2,17 @@
 
 Numba is imported on first use (not at ``import hpccoll``) and its compiled kernels are cached
 on disk.  Reductions have one kernel per operation, specialised by Numba per dtype; float16
-has no Numba arithmetic on the CPU, so it falls back to NumPy's ufuncs.  Packing works on
-unsigned words of the element size (:func:`as_words`), so four compiled kernels serve every
-dtype.
+has no Numba arithmetic on the CPU, so it falls back to NumPy's ufuncs.  Packing moves
+unsigned words as wide as the blocks' sizes, offsets and addresses allow (up to 8 bytes, chosen
+once per plan by :func:`block_mover`), so its two kernels serve every dtype.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -48,25 +49,40 @@ def _numba_kernels() -> dict[str, Callable]:
             dst[i] = max(a[i], b[i])
 
     @jit
-    def gather(out, src, starts, counts):
-        at = 0
+    def move_blocks(dst, src, starts, width, gather):
+        # Blocks of `width` words between their places starts[k] in a buffer and one packed
+        # run: gather packs (dst is the packed run), otherwise they are spread back.  The one-
+        # and two-word cases are written out: a loop of unknown length costs more than the
+        # copy of such a block.
         for k in range(starts.size):
-            s, c = starts[k], counts[k]
-            for j in range(c):
-                out[at + j] = src[s + j]
-            at += c
+            if gather:
+                d, s = k * width, starts[k]
+            else:
+                d, s = starts[k], k * width
+            if width == 1:
+                dst[d] = src[s]
+            elif width == 2:
+                dst[d] = src[s]
+                dst[d + 1] = src[s + 1]
+            else:
+                for j in range(width):
+                    dst[d + j] = src[s + j]
 
     @jit
-    def scatter(src, out, starts, counts):
+    def move_runs(dst, src, starts, counts, gather):
+        # The same for blocks of different sizes.
         at = 0
         for k in range(starts.size):
-            s, c = starts[k], counts[k]
-            for j in range(c):
-                out[s + j] = src[at + j]
-            at += c
+            if gather:
+                d, s = at, starts[k]
+            else:
+                d, s = starts[k], at
+            for j in range(counts[k]):
+                dst[d + j] = src[s + j]
+            at += counts[k]
 
     return {"sum": sum_kernel, "prod": prod_kernel, "min": min_kernel, "max": max_kernel,
-            "gather": gather, "scatter": scatter}
+            "move_blocks": move_blocks, "move_runs": move_runs}
 
 
 def reducer(op: str, dtype: np.dtype) -> Reducer:
@@ -99,29 +115,48 @@ def reduce_numpy(op: str) -> Reducer:
     return lambda dst, a, b: ufunc(a, b, out=dst)
 
 
-WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.uint64}
+# Mean bytes per block from which one slice copy (memcpy) per block beats the word loop, by the
+# loop's word size (perf/results/kernels.md: the loop moves 1- and 2-byte words one at a time).
+SLICES_FROM = {1: 1024, 2: 2048, 4: 16384, 8: 65536}
 
 
-def as_words(array: np.ndarray) -> np.ndarray:
-    """``array`` viewed as unsigned integers of its item size (64-bit words for 16-byte
-    items), so packing moves whole elements, not bytes, with one kernel per word size."""
-    return array.view(WORDS[array.dtype.itemsize])
+def block_mover(packed: Any, buffer: Any, starts: np.ndarray, counts: np.ndarray,
+                gather: bool) -> tuple[Callable, tuple]:
+    """``(function, arguments)`` that concatenates the blocks ``buffer[starts[k]:][:counts[k]]``
+    into ``packed`` (``gather``) or spreads ``packed`` back over them, for 1-D arrays of one
+    dtype with offsets and counts in its elements; chosen once, when a plan is bound to its
+    buffers.  Host blocks move as unsigned words of the widest size (up to 8 bytes) that
+    divides every block's offset and size and both arrays' addresses, by one Numba loop
+    (:func:`_numba_kernels`: ``move_blocks`` for blocks of one size, ``move_runs`` otherwise);
+    large blocks (``SLICES_FROM``) and device arrays as one slice copy each."""
+    starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)
+    host = isinstance(packed, np.ndarray)
+    itemsize = packed.itemsize
+    word = math.gcd(8, packed.ctypes.data, buffer.ctypes.data,
+                    int(np.gcd.reduce(np.concatenate([starts, counts]))) * itemsize) if host else 0
+    if not host or packed.nbytes >= SLICES_FROM[word] * len(counts):
+        return _move_slices, (packed, buffer, list(zip(starts.tolist(), counts.tolist())), gather)
+    starts_w = starts * itemsize // word
+    counts_w = counts * itemsize // word
+    words = np.dtype(f"u{word}")
+    limit = int((starts + counts).max(initial=0))
+    packed_w, buffer_w = packed.view(words), buffer[:limit].view(words)
+    dst, src = (packed_w, buffer_w) if gather else (buffer_w, packed_w)
+    kernel = _numba_kernels()
+    if (counts_w == counts_w[:1]).all():
+        width = int(counts_w[0]) if counts_w.size else 0
+        return kernel["move_blocks"], (dst, src, starts_w, width, gather)
+    return kernel["move_runs"], (dst, src, starts_w, counts_w, gather)
 
 
-def word_scale(itemsize: int) -> int:
-    """Words per element in :func:`as_words` views."""
-    return 2 if itemsize == 16 else 1
-
-
-def gather(out: np.ndarray, src: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
-    """Concatenate the blocks ``src[starts[k]:starts[k]+counts[k]]`` into ``out`` (1-D
-    arrays of one dtype; offsets and counts in its elements)."""
-    _numba_kernels()["gather"](out, src, starts, counts)
-
-
-def scatter(src: np.ndarray, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
-    """Inverse of :func:`gather`: spread consecutive elements of ``src`` over ``out``'s blocks."""
-    _numba_kernels()["scatter"](src, out, starts, counts)
+def _move_slices(packed: Any, buffer: Any, blocks: list[tuple[int, int]], gather: bool) -> None:
+    at = 0
+    for s, c in blocks:
+        if gather:
+            packed[at:at + c] = buffer[s:s + c]
+        else:
+            buffer[s:s + c] = packed[at:at + c]
+        at += c
 
 
 @lru_cache(maxsize=None)

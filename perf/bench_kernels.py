@@ -1,8 +1,9 @@
 """Numba kernels of the executor against their NumPy equivalents, in one process.
 
 * regrouping: packing many small float32 blocks given by offset lists into one message (what
-  the executor does for a multi-region send: bruck, hypercube, mesh, ring alltoall) -- the
-  Numba gather kernel against NumPy fancy indexing (``np.take`` with a precomputed index
+  the executor does for a multi-region send: bruck, hypercube, mesh, ring alltoall) -- what
+  ``kernels.block_mover`` chooses for it (the Numba loop on the widest words that fit, or slice
+  copies for blocks from 8 KiB) against NumPy fancy indexing (``np.take`` with a precomputed index
   array) and against a Python loop of slice copies;
 * reduction: ``dst = a op b`` -- the Numba kernel against ``numpy.add(a, b, out=dst)``.
 
@@ -40,37 +41,44 @@ def timed(fn, repeat: int = 7, number: int | None = None) -> float:
 
 
 def regroup_cases():
+    """(blocks, bytes per block, counts): float32 blocks of one size, and of 1-16 elements
+    (4-64 B, as alltoallv packs them), taken in random order from a buffer twice as large."""
     rng = np.random.default_rng(0)
     for blocks, block_bytes in [(64, 8), (256, 8), (1024, 8), (1024, 64), (4096, 16),
                                 (1024, 1024), (256, 4096), (128, 16384), (64, 65536)]:
-        n = block_bytes // 4            # float32 elements per block
-        src = rng.random(blocks * n * 2, dtype=np.float32)
-        order = rng.permutation(2 * blocks)[:blocks]
-        starts = (order * n).astype(np.int64)
-        counts = np.full(blocks, n, np.int64)
-        out = np.empty(blocks * n, np.float32)
-        index = (starts[:, None] + np.arange(n)[None, :]).ravel()
-        out_words, src_words = kernels.as_words(out), kernels.as_words(src)
+        yield blocks, str(block_bytes), np.full(blocks, block_bytes // 4, np.int64)
+    for blocks in (256, 4096):
+        yield blocks, "4-64", rng.integers(1, 17, blocks).astype(np.int64)
 
-        def numba_gather():
-            kernels.gather(out_words, src_words, starts, counts)
 
-        def numpy_take():
-            np.take(src, index, out=out)
+def regroup_timers(counts: np.ndarray):
+    rng = np.random.default_rng(0)
+    blocks, slot = len(counts), int(counts.max())
+    src = rng.random(blocks * slot * 2, dtype=np.float32)
+    starts = (rng.permutation(2 * blocks)[:blocks] * slot).astype(np.int64)
+    out = np.empty(int(counts.sum()), np.float32)
+    index = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts)])
+    move, arguments = kernels.block_mover(out, src, starts, counts, gather=True)
 
-        pairs = list(zip(starts.tolist(), counts.tolist()))
+    def numba_gather():
+        move(*arguments)
 
-        def python_slices():
-            at = 0
-            for s, c in pairs:
-                out[at:at + c] = src[s:s + c]
-                at += c
+    def numpy_take():
+        np.take(src, index, out=out)
 
-        numba_gather()
-        expected = out.copy()
-        numpy_take()
-        assert np.array_equal(out, expected)
-        yield blocks, block_bytes, numba_gather, numpy_take, python_slices
+    pairs = list(zip(starts.tolist(), counts.tolist()))
+
+    def python_slices():
+        at = 0
+        for s, c in pairs:
+            out[at:at + c] = src[s:s + c]
+            at += c
+
+    numba_gather()
+    expected = out.copy()
+    numpy_take()
+    assert np.array_equal(out, expected)
+    return numba_gather, numpy_take, python_slices
 
 
 def main() -> None:
@@ -81,9 +89,8 @@ def main() -> None:
     print("# regrouping: pack blocks from an offset list into one buffer (time per pack, us)")
     print(f"# {'blocks':>7} {'bytes':>7} {'numba':>10} {'numpy take':>11} {'py slices':>10} "
           f"{'vs take':>8} {'vs slices':>9}")
-    for blocks, size, numba_gather, numpy_take, python_slices in regroup_cases():
-        t_numba, t_take, t_py = (timed(f) * 1e6 for f in (numba_gather, numpy_take,
-                                                          python_slices))
+    for blocks, size, counts in regroup_cases():
+        t_numba, t_take, t_py = (timed(f) * 1e6 for f in regroup_timers(counts))
         rows.append({"kernel": "regroup", "blocks": blocks, "block_bytes": size,
                      "numba_us": t_numba, "numpy_take_us": t_take, "python_slices_us": t_py})
         print(f"  {blocks:>7} {size:>7} {t_numba:>10.2f} {t_take:>11.2f} {t_py:>10.2f} "
