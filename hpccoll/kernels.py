@@ -130,12 +130,14 @@ def block_mover(packed: Any, buffer: Any, starts: np.ndarray, counts: np.ndarray
     (:func:`_numba_kernels`: ``move_blocks`` for blocks of one size, ``move_runs`` otherwise);
     large blocks (``SLICES_FROM``) and device arrays as one slice copy each."""
     starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)
-    host = isinstance(packed, np.ndarray)
+    slices = move_slices, (packed, buffer, list(zip(starts.tolist(), counts.tolist())), gather)
+    if not isinstance(packed, np.ndarray):
+        return slices
     itemsize = packed.itemsize
     word = math.gcd(8, packed.ctypes.data, buffer.ctypes.data,
-                    int(np.gcd.reduce(np.concatenate([starts, counts]))) * itemsize) if host else 0
-    if not host or packed.nbytes >= SLICES_FROM[word] * len(counts):
-        return _move_slices, (packed, buffer, list(zip(starts.tolist(), counts.tolist())), gather)
+                    int(np.gcd.reduce(np.concatenate([starts, counts]))) * itemsize)
+    if packed.nbytes >= SLICES_FROM[word] * len(counts):
+        return slices
     starts_w = starts * itemsize // word
     counts_w = counts * itemsize // word
     words = np.dtype(f"u{word}")
@@ -149,7 +151,8 @@ def block_mover(packed: Any, buffer: Any, starts: np.ndarray, counts: np.ndarray
     return kernel["move_runs"], (dst, src, starts_w, counts_w, gather)
 
 
-def _move_slices(packed: Any, buffer: Any, blocks: list[tuple[int, int]], gather: bool) -> None:
+def move_slices(packed: Any, buffer: Any, blocks: list[tuple[int, int]], gather: bool) -> None:
+    """One slice copy per ``(start, count)`` block between ``buffer`` and ``packed``."""
     at = 0
     for s, c in blocks:
         if gather:

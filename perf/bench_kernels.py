@@ -3,8 +3,8 @@
 * regrouping: packing many small float32 blocks given by offset lists into one message (what
   the executor does for a multi-region send: bruck, hypercube, mesh, ring alltoall) -- what
   ``kernels.block_mover`` chooses for it (the Numba loop on the widest words that fit, or slice
-  copies for blocks from 8 KiB) against NumPy fancy indexing (``np.take`` with a precomputed index
-  array) and against a Python loop of slice copies;
+  copies from ``kernels.SLICES_FROM``) against NumPy fancy indexing (``np.take`` with a
+  precomputed index array) and against a Python loop of slice copies (``kernels.move_slices``);
 * reduction: ``dst = a op b`` -- the Numba kernel against ``numpy.add(a, b, out=dst)``.
 
 Usage: python perf/bench_kernels.py [--json FILE]
@@ -69,10 +69,7 @@ def regroup_timers(counts: np.ndarray):
     pairs = list(zip(starts.tolist(), counts.tolist()))
 
     def python_slices():
-        at = 0
-        for s, c in pairs:
-            out[at:at + c] = src[s:s + c]
-            at += c
+        kernels.move_slices(out, src, pairs, True)
 
     numba_gather()
     expected = out.copy()

@@ -71,5 +71,5 @@ def test_block_mover_reads_read_only_sources_and_copies_large_blocks_by_slices()
     move_and_check(src, [6, 2, 30], [2, 2, 4])
     move, _ = kernels.block_mover(np.empty(16384, src.dtype), src, np.array([0, 20000]),
                                   np.array([8192, 8192]), gather=True)
-    assert move is kernels._move_slices                # 64 KiB blocks: one memcpy each
+    assert move is kernels.move_slices                # 64 KiB blocks: one memcpy each
     move_and_check(src, [0, 20000], [8192, 8192])
