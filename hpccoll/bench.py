@@ -9,10 +9,10 @@ mean, which rare stalls move and the median hides: the figure for straggler runs
 would call it.
 
 Sizes follow OSU: the block a rank contributes (allgather), sends to each peer (alltoall),
-or the whole vector (allreduce, and reduce_scatter's input).  Bandwidths follow nccl-tests:
-algbw = S / time with S the larger buffer (allgather's output, alltoall's and
-reduce_scatter's input, the allreduce vector); busbw = algbw x 2(p-1)/p for allreduce and
-x (p-1)/p for the others.
+or the whole vector (allreduce, bcast, reduce, and reduce_scatter's input).  Bandwidths
+follow nccl-tests: algbw = S / time with S the larger buffer (allgather's output, alltoall's
+and reduce_scatter's input, the vector of the others); busbw = algbw x 2(p-1)/p for
+allreduce, x 1 for bcast and reduce, x (p-1)/p for the others (the collectives' specs).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from typing import Any, Callable, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import api, registry, settings
-from .schedule import even_split
+from . import api, buffers, registry, settings
+from .collectives import spec
+from .schedule import RECV
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # the MPI library's collective called through hpccoll (non-blocking, polled with the
@@ -64,12 +65,6 @@ def size_range(spec: str) -> list[int]:
     return sizes
 
 
-def busbw_factor(collective: str, p: int) -> float:
-    if p == 1:
-        return 1.0
-    return 2 * (p - 1) / p if collective == "allreduce" else (p - 1) / p
-
-
 @dataclass
 class Result:
     collective: str
@@ -89,75 +84,56 @@ class Result:
 
 
 class Case:
-    """One collective at one size: buffers, the seeded inputs and the expected output."""
+    """One collective at one size: buffers, the seeded inputs and the expected output, all
+    from the collective's spec (OSU size convention; root 0 for rooted collectives)."""
 
     def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype):
-        self.comm, self.collective, self.dtype = comm, collective, dtype
+        self.comm, self.spec, self.dtype = comm, spec(collective), dtype
         p, r = comm.size, comm.rank
-        n = max(size // dtype.itemsize, 0)
-        self.count = n
-        if collective == "allgather":
-            send_n, recv_n, self.total = n, n * p, n * p
-        elif collective == "alltoall":
-            send_n = recv_n = self.total = n * p
-        elif collective == "reduce_scatter":
-            self.recvcounts = even_split(n, p)
-            send_n, recv_n, self.total = n, self.recvcounts[r], n
-        else:
-            send_n = recv_n = self.total = n
-        self.send = self.input(r, send_n)
+        self.count = max(size // dtype.itemsize, 0)
+        calls = [self.spec.bench_call(p, q, self.count) for q in range(p)]
+        self.call = calls[r]
+        self.total = self.spec.data_count(self.call)
+        self.source = self.spec.input(self.call)
+        inputs = [self.input(q, self.spec.input(c).count) for q, c in enumerate(calls)]
+        send_n, recv_n = self.spec.sizes(self.call)
+        self.send = inputs[r] if send_n else None
         self.recv = np.zeros(recv_n, dtype)
-        self.expected = self._expected(send_n)
+        self.expected = self.spec.expected(calls, inputs)[r][0].astype(dtype)
+        self.counts = self.call.counts if len(set(self.call.counts)) > 1 else None
+        self.recv_input = inputs[r] if self.source.buffer == RECV else None
 
     def input(self, rank: int, n: int) -> np.ndarray:
         rng = np.random.default_rng([rank, n, 12345])
         return rng.integers(-8, 9, size=n).astype(self.dtype)
 
-    def _expected(self, send_n: int) -> np.ndarray:
-        p, r = self.comm.size, self.comm.rank
-        inputs = [self.input(q, send_n) for q in range(p)]
-        if self.collective == "allgather":
-            return np.concatenate(inputs)
-        if self.collective == "alltoall":
-            n = send_n // p
-            return np.concatenate([x[r * n:(r + 1) * n] for x in inputs])
-        total = np.sum(inputs, axis=0, dtype=self.dtype)
-        if self.collective == "reduce_scatter":
-            start = sum(self.recvcounts[:r])
-            return total[start:start + self.recvcounts[r]]
-        return total
-
     def runner(self, algorithm: str) -> Callable[[], None]:
-        comm, send, recv, coll = self.comm, self.send, self.recv, self.collective
+        comm, send, recv = self.comm, self.send, self.recv
         if algorithm == registry.NATIVE:
-            if coll == "allgather":
-                return lambda: comm.Allgather(send, recv)
-            if coll == "alltoall":
-                return lambda: comm.Alltoall(send, recv)
-            if coll == "reduce_scatter":
-                counts = list(self.recvcounts)
-                return lambda: comm.Reduce_scatter(send, recv, counts)
-            return lambda: comm.Allreduce(send, recv)
-        function = getattr(api, coll)
+            name, arguments = self.spec.native_args(
+                self.call, buffers.mpi_datatype(self.dtype),
+                MPI.SUM if self.spec.reduces else None)
+            method, args = getattr(comm, name), arguments(send, recv)
+            return lambda: method(*args)
         if algorithm == API_NATIVE:
             algorithm = registry.NATIVE
-        if coll == "reduce_scatter":
-            counts = self.recvcounts
-            return lambda: function(comm, send, recv, recvcounts=counts, algorithm=algorithm)
-        return lambda: function(comm, send, recv, algorithm=algorithm)
+        run, name, counts = api.run_collective, self.spec.name, self.counts
+        op = "sum" if self.spec.reduces else None
+        return lambda: run(name, comm, send, recv, counts=counts, op=op, algorithm=algorithm)
 
     def resolve(self, algorithm: str) -> str:
         """The algorithm a name runs as ("auto" resolved for this case)."""
         if algorithm != "auto":
             return algorithm
-        counts = self.recvcounts if self.collective == "reduce_scatter" else None
-        prepared, _, _ = api.prepare(self.collective, self.comm, self.send, self.recv,
-                                     counts=counts, op="sum" if self.collective in
-                                     ("reduce_scatter", "allreduce") else None)
+        prepared, _, _ = api.prepare(self.spec.name, self.comm, self.send, self.recv,
+                                     counts=self.counts,
+                                     op="sum" if self.spec.reduces else None)
         return prepared.algorithm
 
     def wrong(self, run: Callable[[], None]) -> int:
         self.recv[:] = 0
+        if self.recv_input is not None:
+            self.recv[self.source.offset:self.source.stop] = self.recv_input
         run()
         bad = int(np.count_nonzero(self.recv != self.expected))
         return self.comm.allreduce(bad, op=MPI.SUM)
@@ -239,14 +215,13 @@ def iterations_for(size: int, iterations: int) -> int:
     return iterations if size <= 1 << 20 else max(3, iterations // 10)
 
 
-def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
+def selected_algorithms(collective: str, given: str, p: int) -> list[str]:
     """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
     native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
     size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
-    from .schedule import uniform_call
-    call = uniform_call(collective, p, 0, 1)
+    call = spec(collective).uniform_call(p, 0, 1)
     names: list[str] = []
-    for name in (n.strip() for n in spec.split(",")):
+    for name in (n.strip() for n in given.split(",")):
         if name == "all":
             names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
         elif name and name != registry.NATIVE:
@@ -276,7 +251,7 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     library = MPI.Get_library_version().splitlines()[0].strip()
     say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {library}")
     say(f"# time = median over iterations of the slowest rank; busbw factor "
-        f"{busbw_factor(collective, p):.3f}; vs native = native time / time")
+        f"{spec(collective).busbw_factor(p):.3f}; vs native = native time / time")
     if straggler is not None:
         say(f"# straggler: rank {straggler.rank} starts {straggler.delay * 1e6:g} us late, "
             f"pauses {straggler.pause * 1e6:g} us before a step with probability "
@@ -300,7 +275,7 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
                 native_time = t
             algbw = case.total * dt.itemsize / t / 1e3
             result = Result(collective, name, p, str(dt), case.count * dt.itemsize, case.count,
-                            n_iter, t, algbw, algbw * busbw_factor(collective, p),
+                            n_iter, t, algbw, algbw * spec(collective).busbw_factor(p),
                             native_time / t if native_time else None, wrong,
                             case.resolve(name) if name == "auto" else None, mean)
             results.append(result)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import registry
-from .schedule import uniform_call
+from .collectives import spec, uniform_call
 from .topology import from_spec
 
 HEADER = """# Algorithm catalogue
@@ -151,7 +151,7 @@ def write(directory: Path) -> list[Path]:
         if topology and picture_ranks(a, topology) is None:
             topology = None               # not on several nodes (csc alltoall): one node
         p = picture_ranks(a, topology)
-        if p is None or a.collective == "alltoallv":
+        if p is None or spec(a.collective).vector:        # no picture of arbitrary counts
             continue
         path = directory / "pictures" / f"{a.family}_{a.collective}_{a.name}.png"
         draw(a.collective, a.name, p, path, topology=topology)

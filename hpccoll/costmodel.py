@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from . import registry
-from .schedule import Call, Copy, Program, Reduce, Step, uniform_call
+from .collectives import spec
+from .schedule import Call, Copy, Program, Reduce, Step
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,5 @@ def best(call: Call, machine: Machine | None = None) -> tuple[str, float]:
 
 def stand_in(collective: str, p: int, nbytes: int, itemsize: int = 4, topology=None) -> Call:
     """A uniform call of ``nbytes`` in the benchmark convention (for ``hpccoll explain``)."""
-    count = max(nbytes // itemsize, 0)
-    if collective == "reduce_scatter":
-        count //= p
-    return uniform_call(collective, p, 0, count, itemsize=itemsize, topology=topology)
+    return spec(collective).bench_call(p, 0, max(nbytes // itemsize, 0), itemsize=itemsize,
+                                       topology=topology)

@@ -11,7 +11,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable
 
-from .schedule import COLLECTIVES, Call, Program
+from .collectives import NAMES as COLLECTIVES, spec
+from .schedule import Call, Program
 
 NATIVE = "native"
 Planner = Callable[[Call], Program]
@@ -95,8 +96,7 @@ def _load() -> None:
 def get(collective: str, name: str) -> Algorithm:
     """The registered algorithm, or ValueError naming the known ones."""
     _load()
-    if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    spec(collective)
     try:
         return _REGISTRY[collective, name]
     except KeyError:

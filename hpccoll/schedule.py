@@ -36,10 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Union
 
 SEND, RECV, SCRATCH, WINDOW = "send", "recv", "scratch", "window"
-BUFFERS = (SEND, RECV, SCRATCH, WINDOW)
-
-COLLECTIVES = ("allgather", "alltoall", "alltoallv", "reduce_scatter", "allreduce")
-REDUCING = frozenset({"reduce_scatter", "allreduce"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +156,7 @@ class Call:
     itemsize: int = 8
     topology: Any = None
     options: tuple[tuple[str, Any], ...] = field(default=())
+    root: int = 0               # bcast, reduce
 
     def option(self, name: str, default: Any = None) -> Any:
         for key, value in self.options:
@@ -188,17 +185,6 @@ def even_split(n: int, parts: int) -> tuple[int, ...]:
     return tuple(base + (i < extra) for i in range(parts))
 
 
-def uniform_call(collective: str, p: int, rank: int, count: int, **kw: Any) -> Call:
-    """The :class:`Call` of a block collective with ``count`` elements per block."""
-    if collective in ("alltoall", "alltoallv"):
-        counts = (count,) * p
-        displs = offsets(counts)
-        return Call(collective, p, rank, counts, counts, displs, displs, **kw)
-    if collective == "allreduce":
-        return Call(collective, p, rank, (count,), **kw)
-    return Call(collective, p, rank, (count,) * p, **kw)
-
-
 def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
     """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
     result's blocks."""
@@ -214,21 +200,6 @@ def one_rank(source: Region, result: Region) -> Program:
     if source == result or not result.count:
         return Program(())
     return Program((Step(local=(Copy(source, result),)),))
-
-
-def buffer_sizes(call: Call) -> tuple[int, int]:
-    """(send, recv) buffer sizes in elements that ``call`` needs (send is 0 when in place)."""
-    c = call.collective
-    if c == "allgather":
-        send, recv = call.counts[call.rank], sum(call.counts)
-    elif c == "reduce_scatter":
-        send, recv = sum(call.counts), call.counts[call.rank]
-    elif c == "allreduce":
-        send = recv = call.counts[0]
-    else:
-        send = max((d + n for d, n in zip(call.sdispls, call.counts)), default=0)
-        recv = max((d + n for d, n in zip(call.rdispls, call.recvcounts)), default=0)
-    return (0 if call.in_place else send), recv
 
 
 def segments(region: Region, max_count: int) -> list[Region]:

@@ -12,15 +12,13 @@ problem raises :class:`VerificationError` naming the rank, the step and the regi
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import registry
-from .schedule import (RECV, SCRATCH, SEND, WINDOW, Call, Copy, Program, Reduce, Region,
-                       buffer_sizes, offsets, uniform_call)
-
-IN_PLACE_COLLECTIVES = ("allgather", "allreduce")
+from .collectives import spec
+from .schedule import RECV, SCRATCH, SEND, WINDOW, Call, Copy, Program, Reduce, Region
 
 
 class VerificationError(AssertionError):
@@ -82,18 +80,15 @@ class _Rank:
                  window: _Window):
         self.rank = rank
         self.window = window
-        send_n, recv_n = buffer_sizes(call)
+        send_n, recv_n = spec(call.collective).sizes(call)
         sizes = {SEND: send_n, RECV: recv_n, SCRATCH: program.scratch,
                  WINDOW: len(window.data)}
         self.data = {name: [0] * n for name, n in sizes.items()}
         self.written = {name: bytearray(n) for name, n in sizes.items()}
         self.data[WINDOW], self.written[WINDOW] = window.data, window.written
-        start = 0
-        if call.in_place and call.collective == "allgather":
-            start = offsets(call.counts)[rank]
-        target = RECV if call.in_place else SEND
-        self.data[target][start:start + len(data)] = data
-        self.written[target][start:start + len(data)] = b"\x01" * len(data)
+        source = spec(call.collective).input(call)
+        self.data[source.buffer][source.offset:source.stop] = data
+        self.written[source.buffer][source.offset:source.stop] = b"\x01" * len(data)
 
         def stamps() -> dict[str, list[int]]:
             return {name: [-1] * n for name, n in sizes.items()}
@@ -326,76 +321,22 @@ def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray
 # ---------------------------------------------------------------- the collectives' definitions
 
 def random_calls(collective: str, p: int, rng: random.Random, *, counts: tuple[int, int] = (0, 4),
-                 uniform: bool = False, in_place: bool = False, topology=None,
-                 options: tuple = ()) -> list[Call]:
+                 uniform: bool = False, **fields) -> list[Call]:
     """One :class:`Call` per rank for a random instance, block counts drawn from the range
-    ``counts`` (zeros included by default)."""
-    def count() -> int:
-        return rng.randint(*counts)
-
-    kw = dict(in_place=in_place, topology=topology, options=options)
-    if uniform or collective == "alltoall":
-        n = count()
-        return [uniform_call(collective, p, r, n, **kw) for r in range(p)]
-    if collective == "allreduce":
-        n = rng.randint(counts[0] * p, counts[1] * p + p)
-        return [Call(collective, p, r, (n,), **kw) for r in range(p)]
-    if collective in ("allgather", "reduce_scatter"):
-        counts = tuple(count() for _ in range(p))
-        return [Call(collective, p, r, counts, **kw) for r in range(p)]
-    matrix = [[count() for _ in range(p)] for _ in range(p)]
-
-    def displs(counts: list[int]) -> tuple[int, ...]:
-        order = list(range(p))
-        rng.shuffle(order)          # blocks in any order, with gaps between them
-        out, at = [0] * p, 0
-        for j in order:
-            at += rng.randint(0, 1)
-            out[j] = at
-            at += counts[j]
-        return tuple(out)
-
-    calls = []
-    for r in range(p):
-        recvcounts = [matrix[i][r] for i in range(p)]
-        calls.append(Call(collective, p, r, tuple(matrix[r]), tuple(recvcounts),
-                          displs(matrix[r]), displs(recvcounts), **kw))
-    return calls
+    ``counts`` (zeros included by default); ``fields`` (in_place, topology, options) as in
+    :class:`Call`."""
+    return spec(collective).random_calls(p, rng, counts, uniform, **fields)
 
 
 def random_inputs(calls: list[Call], rng: np.random.Generator) -> list[np.ndarray]:
-    """Each rank's input (its send buffer, or what IN_PLACE takes from the receive buffer)."""
-    def size(call: Call) -> int:
-        if call.collective == "allgather":
-            return call.counts[call.rank]
-        return buffer_sizes(replace(call, in_place=False))[0]
-    return [rng.integers(-1000, 1000, size(c)) for c in calls]
+    """Each rank's input: what its collective's input region holds."""
+    return [rng.integers(-1000, 1000, spec(c.collective).input(c).count) for c in calls]
 
 
 def expected_outputs(calls: list[Call], inputs: list[np.ndarray]
                      ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per rank: (expected receive buffer, mask of the elements the collective defines)."""
-    out = []
-    for call in calls:
-        r, coll = call.rank, call.collective
-        recv_n = buffer_sizes(call)[1]
-        want, defined = np.zeros(recv_n, np.int64), np.zeros(recv_n, bool)
-        if coll == "allgather":
-            want[:] = np.concatenate(inputs) if inputs else want
-        elif coll == "allreduce":
-            want[:] = sum(inputs)
-        elif coll == "reduce_scatter":
-            start = offsets(call.counts)[r]
-            want[:] = sum(x[start:start + call.counts[r]] for x in inputs)
-        else:
-            for i, other in enumerate(calls):
-                n, d, sd = call.recvcounts[i], call.rdispls[i], other.sdispls[r]
-                want[d:d + n] = inputs[i][sd:sd + n]
-                defined[d:d + n] = True
-        if coll != "alltoallv":
-            defined[:] = True
-        out.append((want, defined))
-    return out
+    return spec(calls[0].collective).expected(calls, inputs) if calls else []
 
 
 def check_calls(algorithm: registry.Algorithm, calls: list[Call],
@@ -429,7 +370,7 @@ def check_algorithm(collective: str, name: str, p: int, *, seed: int = 0, cases:
     rng = random.Random(f"{seed}/{collective}/{name}/{p}")
     data_rng = np.random.default_rng(rng.getrandbits(32))
     variants = [dict(uniform=True)] + ([dict()] if uneven else [])
-    if collective in IN_PLACE_COLLECTIVES:
+    if spec(collective).in_place:
         variants += [dict(v, in_place=True) for v in variants]
     reports = []
     for variant in variants:

@@ -21,7 +21,8 @@ from dataclasses import replace
 
 from hpccoll import costmodel, registry
 from hpccoll.algorithms.multiring import multiring_cycles
-from hpccoll.schedule import Call, Program, uniform_call
+from hpccoll.schedule import Call, Program
+from hpccoll.collectives import uniform_call
 from hpccoll.topology import from_spec
 
 MIB = 1 << 20

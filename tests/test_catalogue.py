@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hpccoll import catalogue, registry, verify
-from hpccoll.schedule import uniform_call
+from hpccoll.collectives import uniform_call
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = registry.algorithms()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hpccoll import registry, verify
-from hpccoll.schedule import (RECV, SEND, SYNC, WINDOW, Call, Copy, Program, Region, Step,
-                              uniform_call)
+from hpccoll.schedule import RECV, SEND, SYNC, WINDOW, Call, Copy, Program, Region, Step
+from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
 from hpccoll.verify import VerificationError
 

@@ -19,7 +19,7 @@ OP_DTYPES = ["float16", "float32", "float64", "int32", "uint8", "complex128"]
 
 def algorithms_for(collective: str, comm) -> list[str]:
     from hpccoll import registry
-    from hpccoll.schedule import uniform_call
+    from hpccoll.collectives import uniform_call
     call = uniform_call(collective, comm.size, comm.rank, 1)
     return [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
 

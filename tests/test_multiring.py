@@ -14,7 +14,8 @@ from hpccoll import costmodel, registry, verify
 from hpccoll.algorithms.multiring import multiring_cycles
 from hpccoll.hamiltonian import (arc_multiplicity, decompose, decompose_multinode,
                                  successor_tables)
-from hpccoll.schedule import RECV, SEND, Call, Copy, Region, uniform_call
+from hpccoll.schedule import RECV, SEND, Call, Copy, Region
+from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")

@@ -9,7 +9,8 @@ import pytest
 
 from hpccoll import registry, traffic, verify
 from hpccoll.algorithms.rat import _levels
-from hpccoll.schedule import Call, uniform_call
+from hpccoll.schedule import Call
+from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
 
 RANKS = range(1, 34)

@@ -20,7 +20,7 @@ def test_shipped_decision_table_names_algorithms_that_apply():
     registered algorithm whose constraints hold at every rank count of its range."""
     import json
     from hpccoll import registry, tuning
-    from hpccoll.schedule import uniform_call
+    from hpccoll.collectives import uniform_call
     table = json.loads(tuning.SHIPPED.read_text())
     tuning.check_table(table, str(tuning.SHIPPED))
     assert set(table["collectives"]) == {"allgather", "reduce_scatter", "allreduce", "alltoall"}

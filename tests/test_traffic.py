@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hpccoll import registry, traffic
-from hpccoll.schedule import RECV, SEND, Program, Recv, Region, Send, Step, uniform_call
+from hpccoll.schedule import RECV, SEND, Program, Recv, Region, Send, Step
+from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from hpccoll import registry, verify
 from hpccoll.schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region,
-                              Send, Step, even_split, merge_adjacent, segments, uniform_call)
+                              Send, Step, even_split, merge_adjacent, segments)
+from hpccoll.collectives import uniform_call
 from hpccoll.verify import VerificationError
 
 ALGORITHMS = [(a.collective, a.name) for a in registry.algorithms()]

@@ -11,3 +11,4 @@ from . import bruck  # noqa: F401
 from . import mesh  # noqa: F401
 from . import multiring  # noqa: F401
 from . import rat  # noqa: F401
+from . import tree  # noqa: F401
