@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from .schedule import COLLECTIVES
+from .collectives import NAMES as COLLECTIVES
 
 BENCH_COLLECTIVES = ("allgather", "alltoall", "reduce_scatter", "allreduce")
 

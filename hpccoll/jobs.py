@@ -263,7 +263,7 @@ def _python(given: str | None) -> tuple[str, str]:
 
 def _collectives(text: str) -> list[str]:
     from .cli import BENCH_COLLECTIVES
-    from .schedule import COLLECTIVES
+    from .collectives import NAMES as COLLECTIVES
     chosen = [c.strip() for c in text.split(",") if c.strip()]
     if not chosen:
         raise JobError("--collectives names no collective")
