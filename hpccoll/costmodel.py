@@ -13,11 +13,10 @@ estimate of the critical path, good for ranking algorithms, not a simulator of c
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from . import registry
+from . import registry, settings
 from .collectives import spec
 from .schedule import Call, Copy, Program, Reduce, Step
 
@@ -58,10 +57,11 @@ MACHINES = {
 def machine_for(call: Call) -> Machine:
     """``HPCCOLL_MACHINE`` (a preset name) if set, else shared memory for one node and a
     cluster otherwise."""
-    name = os.environ.get("HPCCOLL_MACHINE")
+    name = settings.read("HPCCOLL_MACHINE")
     if name:
         if name not in MACHINES:
-            raise ValueError(f"unknown HPCCOLL_MACHINE {name!r}; presets: {sorted(MACHINES)}")
+            raise ValueError(f"HPCCOLL_MACHINE={name!r}: unknown preset; presets: "
+                             f"{', '.join(sorted(MACHINES))}")
         return MACHINES[name]
     one_node = call.topology is None or call.topology.count(0) == 1
     return MACHINES["shared-memory" if one_node else "cluster"]

@@ -1,20 +1,110 @@
-"""Run-time settings, read from the environment once at import and changeable at run time
-with :func:`configure` (reading the environment on every call would cost microseconds that
-a small collective cannot afford).
+"""Every ``HPCCOLL_*`` environment variable, declared once (name, type, default, meaning, as
+MPICH's cvars), read and validated here: a bad value is one clear ValueError naming the
+variable.  :func:`table` is the README's table of them.
 
-* ``HPCCOLL_TIMEOUT``: seconds a collective step may wait before it raises
-  :class:`hpccoll.CollectiveTimeout` (default 600; ``0`` or ``none``: wait forever).
-* ``HPCCOLL_CHECK``: ``1`` turns on check mode: one small extra collective per call confirms
-  that every rank passed matching arguments.
+The variables the hot path needs (``HPCCOLL_TIMEOUT``, ``HPCCOLL_CHECK``) are read once at
+import into :data:`current` and changeable at run time with :func:`configure` (reading the
+environment on every call would cost microseconds that a small collective cannot afford);
+the others are read where their decision is made (once per planned call, or per run).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 DEFAULT_TIMEOUT = 600.0
 _UNSET = object()
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_timeout(text: str) -> float | None:
+    """Seconds (> 0), or 0, ``none`` or ``inf`` for no deadline."""
+    text = text.strip().lower()
+    if text in ("0", "none", "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected seconds, or 0/none/inf for no deadline") from None
+    if math.isnan(value) or value < 0:
+        raise ValueError("expected a non-negative number of seconds")
+    return value
+
+
+def parse_bool(text: str) -> bool:
+    text = text.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"expected one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}")
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: str                        # what the value is, for the table
+    default: str                     # as the table shows it
+    meaning: str
+    parse: Callable[[str], Any] = _text
+
+
+def _algorithm_variables() -> tuple[Variable, ...]:
+    from .collectives import NAMES
+    return tuple(Variable(f"HPCCOLL_{name.upper()}_ALGORITHM", "algorithm name", "auto",
+                          f"the algorithm `algorithm=\"auto\"` runs for {name} (if it applies "
+                          "to the call; otherwise the next source decides)")
+                 for name in NAMES)
+
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable("HPCCOLL_TIMEOUT", "seconds", f"{DEFAULT_TIMEOUT:g}",
+             "how long a collective step may wait before it raises CollectiveTimeout "
+             "(0, none or inf: wait forever)", parse_timeout),
+    Variable("HPCCOLL_CHECK", "boolean", "0",
+             "check mode: one small extra collective per call confirms every rank passed "
+             "matching arguments", parse_bool),
+    *_algorithm_variables(),
+    Variable("HPCCOLL_TUNING_FILE", "path or none", "(the shipped table)",
+             "the decision table `auto` reads (made by `hpccoll tune`); `none` switches every "
+             "table off, leaving the cost model"),
+    Variable("HPCCOLL_MACHINE", "preset name", "(by topology)",
+             "the cost model's machine: a preset of `hpccoll.costmodel.MACHINES` "
+             "(shared-memory, cluster, h100, h100-slow-ib)"),
+    Variable("HPCCOLL_TOPOLOGY", "spec or JSON file", "(detected)",
+             "the topology of every communicator, e.g. `nodes=2,ppn=4` or a file"),
+    Variable("HPCCOLL_GPU_AWARE", "boolean", "(asked of the MPI library)",
+             "whether MPI reads and writes device memory itself; otherwise device buffers "
+             "are staged through the host", parse_bool),
+)}
+
+
+def read(name: str, unset: Any = None) -> Any:
+    """The parsed value of variable ``name`` from the environment, ``unset`` when it is unset
+    or empty; ValueError naming the variable when the value is bad."""
+    variable = VARIABLES[name]
+    text = os.environ.get(name, "")
+    if not text.strip():
+        return unset
+    try:
+        return variable.parse(text)
+    except ValueError as error:
+        raise ValueError(f"{name}={text!r}: {error}") from None
+
+
+def table() -> str:
+    """The variables as a Markdown table."""
+    rows = ["| variable | value | default | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.kind} | {v.default} | {v.meaning} |"
+             for v in VARIABLES.values()]
+    return "\n".join(rows)
 
 
 @dataclass(frozen=True)
@@ -26,21 +116,9 @@ class Settings:
     stall: tuple[float, float] | None = None
 
 
-def _timeout(text: str | None) -> float | None:
-    text = (text or "").strip().lower()
-    if not text:
-        return DEFAULT_TIMEOUT
-    if text in ("0", "none", "inf"):
-        return None
-    value = float(text)
-    if value < 0:
-        raise ValueError(f"HPCCOLL_TIMEOUT must not be negative, got {text!r}")
-    return value
-
-
 def from_environment() -> Settings:
-    return Settings(timeout=_timeout(os.environ.get("HPCCOLL_TIMEOUT")),
-                    check=os.environ.get("HPCCOLL_CHECK", "").strip() not in ("", "0"))
+    return Settings(timeout=read("HPCCOLL_TIMEOUT", DEFAULT_TIMEOUT),
+                    check=read("HPCCOLL_CHECK", False))
 
 
 current = from_environment()
@@ -56,7 +134,7 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
     previous = current
     changes = {}
     if timeout is not _UNSET:
-        changes["timeout"] = None if timeout is None else _timeout(str(timeout))
+        changes["timeout"] = None if timeout is None else parse_timeout(str(timeout))
     if check is not _UNSET:
         changes["check"] = bool(check)
     if stall is not _UNSET:

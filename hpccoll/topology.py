@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from . import settings
+
 LEVELS = ("node", "rack", "pod")
 
 
@@ -178,9 +180,12 @@ def detect(comm: Any) -> Topology:
     """The topology of ``comm``: ``HPCCOLL_TOPOLOGY`` (a spec or file) if set; otherwise
     nodes from a shared-memory split (processor names where that is not available) and
     racks/pods from ``SLURM_TOPOLOGY_ADDR`` where SLURM sets it.  Collective."""
-    given = os.environ.get("HPCCOLL_TOPOLOGY")
+    given = settings.read("HPCCOLL_TOPOLOGY")
     if given:
-        return from_spec(given, comm.Get_size())
+        try:
+            return from_spec(given, comm.Get_size())
+        except (ValueError, OSError) as error:
+            raise ValueError(f"HPCCOLL_TOPOLOGY={given!r}: {error}") from None
     from mpi4py import MPI
     try:
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)

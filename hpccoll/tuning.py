@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import registry
+from . import registry, settings
 from .schedule import Call
 
 FORMAT = "hpccoll-tuning/1"
@@ -58,13 +58,13 @@ def decide(call: Call, nbytes: int) -> Decision:
     to the call are passed over (and said so in the reason)."""
     skipped = []
     variable = f"HPCCOLL_{call.collective.upper()}_ALGORITHM"
-    forced = os.environ.get(variable, "").strip()
+    forced = settings.read(variable)
     if forced:
         verdict = _applicable(call, forced)
         if verdict is None:
             return Decision(forced, "environment", f"{variable}={forced}")
         skipped.append(f"{variable}={forced} does not apply ({verdict})")
-    given = os.environ.get("HPCCOLL_TUNING_FILE")
+    given = settings.read("HPCCOLL_TUNING_FILE")
     tables = [] if given == "none" else \
         [("tuning file", given), ("shipped table", str(SHIPPED) if SHIPPED.exists() else None)]
     for source, path in tables:
