@@ -29,8 +29,8 @@ from typing import Any, Callable, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import api, registry, settings
-from .schedule import even_split
+from .. import api, registry, settings
+from ..schedule import even_split
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # the MPI library's collective called through hpccoll (non-blocking, polled with the
@@ -243,7 +243,7 @@ def selected_algorithms(collective: str, spec: str, p: int) -> list[str]:
     """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
     native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
     size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
-    from .schedule import uniform_call
+    from ..schedule import uniform_call
     call = uniform_call(collective, p, 0, 1)
     names: list[str] = []
     for name in (n.strip() for n in spec.split(",")):
