@@ -118,8 +118,11 @@ def load_table(path: str, mtime: float) -> dict[str, Any]:
     if mtime < 0:
         raise ValueError(f"tuning file {path} does not exist")
     with open(path) as f:
-        table = json.load(f)
-    check_table(table, path)
+        try:
+            table = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"tuning file {path} is not JSON: {error}") from None
+    check_table(table, f"tuning file {path}")
     return table
 
 
@@ -128,10 +131,17 @@ def check_table(table: Any, where: str = "tuning table") -> None:
         raise ValueError(f"{where} is not a decision table (format {FORMAT!r} expected)")
     for collective, entries in table.get("collectives", {}).items():
         for entry in entries:
-            low, high = entry["ranks"]
+            try:
+                low, high = entry["ranks"]
+                limits = [r["max_bytes"] for r in entry["rules"]]
+                if not all(isinstance(r["algorithm"], str) for r in entry["rules"]):
+                    raise ValueError("algorithm names must be strings")
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{where}: {collective}: an entry needs \"ranks\": [low, high] "
+                                 "and \"rules\": [{\"max_bytes\": ..., \"algorithm\": ...}]"
+                                 ) from None
             if not 1 <= low <= high:
                 raise ValueError(f"{where}: {collective} has a bad ranks range {entry['ranks']}")
-            limits = [r["max_bytes"] for r in entry["rules"]]
             finite = limits[:-1]
             if not limits or limits[-1] is not None or None in finite or \
                     finite != sorted(set(finite)):

@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.bench import iterations_for, size_range, time_runs
+from hpccoll.tools.bench import iterations_for, size_range, time_runs
 
 
 def timed(comm, run, iterations: int, before=lambda: None) -> float:

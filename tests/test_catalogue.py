@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpccoll import catalogue, registry, verify
+from hpccoll import registry, verify
 from hpccoll.collectives import uniform_call
+from hpccoll.tools import catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = registry.algorithms()

@@ -1,5 +1,5 @@
 """The command line: ``hpccoll bench`` under mpiexec (table, JSON, exit status), ``verify``
-and ``list``."""
+and ``list``; user errors as one line and exit status 2."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_bench_writes_checked_results(collective, tmp_path):
 
 
 def test_band_summary_gives_the_range_and_the_winners_per_band():
-    from hpccoll.bench import band_summary
+    from hpccoll.tools.bench import band_summary
     best = {8: {"algorithm": "ring", "vs_native": 0.5}, 4096: {"algorithm": "direct",
             "vs_native": 0.25}, 2048: {"algorithm": "ring", "vs_native": 0.3},
             1 << 20: {"algorithm": "bruck", "vs_native": 1.5}}
@@ -79,7 +79,7 @@ def test_bench_rejects_bad_sizes():
 @pytest.mark.mpi(ranks=[2], timeout=60)
 def test_data_check_counts_wrong_elements(mpi_ranks, comm):
     """A run that leaves the output alone is counted wrong element by element, on all ranks."""
-    from hpccoll import bench
+    from hpccoll.tools import bench
     case = bench.Case(comm, "allgather", 64, np.dtype("float32"))
     assert case.wrong(case.runner("ring")) == 0
     nonzero = comm.allreduce(int(np.count_nonzero(case.expected)))
@@ -169,3 +169,72 @@ def test_rules_keep_a_choice_within_five_percent():
                64: {"a": 2.0, "b": 1.0}}
     assert tuning.rules_from_timings(timings) == [{"max_bytes": 16, "algorithm": "a"},
                                                   {"max_bytes": None, "algorithm": "b"}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["explain", "allreduce", "--bytes", "12Q"],
+     "hpccoll explain: error: argument --bytes: bad size '12Q'"),
+    (["explain", "--ranks", "0", "allreduce", "--bytes", "8"],
+     "hpccoll explain: error: argument --ranks: must be at least 1, got 0"),
+    (["explain", "allreduce"],
+     "hpccoll explain: error: the following arguments are required: --bytes"),
+    (["explain", "allreduce", "--bytes", "8", "--ranks", "2", "--topology", "nonsense"],
+     "hpccoll explain: error: bad topology spec 'nonsense'"),
+    (["bench", "--dtype", "bogus", "allreduce"],
+     "hpccoll bench: error: argument --dtype: unsupported dtype 'bogus'"),
+    (["bench", "allreduce", "--json", "/nonexistent/dir/x.json"],
+     "hpccoll bench: error: argument --json: cannot write /nonexistent/dir/x.json: "
+     "no directory /nonexistent/dir"),
+    (["bench", "allreduce", "-i", "0"],
+     "hpccoll bench: error: argument -i/--iterations: must be at least 1"),
+    (["bench", "allreduce", "-a", "nosuch", "-m", "8"],
+     "hpccoll bench: error: unknown algorithm 'nosuch'"),
+    (["tune", "nosuch"], "hpccoll tune: error: argument COLLECTIVE: unknown collective 'nosuch'"),
+    (["report", "missing.json"], "hpccoll report: error: argument FILE: cannot read missing.json"),
+    (["verify", "--algorithm", "nosuch"], "hpccoll verify: error: no algorithm 'nosuch'"),
+    (["nosuch"], "hpccoll: error: argument command: invalid choice: 'nosuch'"),
+    (["jobs", "status", "/nonexistent/run"],
+     "hpccoll jobs status: error: /nonexistent/run: no such run directory"),
+])
+def test_user_errors_are_one_line_and_exit_2(args, message):
+    done = hpccoll(*args)
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(message), done.stderr
+
+
+def test_unreadable_files_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = hpccoll("report", str(bad))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert f"hpccoll report: error: argument FILE: {bad} is not JSON" in done.stderr
+    other = tmp_path / "other.json"
+    other.write_text("[]")
+    done = hpccoll("report", str(other))
+    assert done.returncode == 2
+    assert f"{other} is not an 'hpccoll bench --json' file" in done.stderr
+    done = hpccoll("tune", "allreduce", "--out", str(bad), ranks=1)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert f"hpccoll tune: error: --out {bad} is not JSON" in done.stderr
+
+
+@pytest.mark.parametrize("table", ["{not json", "[]", '{"format": "hpccoll-tuning/1", '
+                                   '"collectives": {"allreduce": [{}]}}'])
+def test_a_malformed_tuning_file_is_a_user_error(table, tmp_path):
+    path = tmp_path / "tuning.json"
+    path.write_text(table)
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allreduce", "--bytes",
+                           "8", "--ranks", "2"], capture_output=True, text=True,
+                          env={**os.environ, "HPCCOLL_TUNING_FILE": str(path)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("hpccoll explain: error: ")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_user_error_under_mpiexec_is_reported_once():
+    for args in (["bench", "--dtype", "bogus", "allreduce"],          # while parsing
+                 ["bench", "alltoall", "-a", "xor", "-m", "8"]):       # once MPI runs
+        done = hpccoll(*args, ranks=3)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("hpccoll bench: error: ")

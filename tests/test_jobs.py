@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import slurm
 
-from hpccoll import jobs
+from hpccoll.tools import cli
+from hpccoll.tools.jobs import rendering, scaling
+from hpccoll.tools.jobs.slurm import status
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ("bench", "scaling", "verify", "tune")
@@ -37,22 +39,17 @@ def hpccoll(*args: str, env: dict | None = None, cwd: Path | None = None,
 
 def render(tmp: Path, template: str, *args: str, name: str | None = None) -> Path:
     out = tmp / f"{name or template}.sbatch"
-    code = jobs.main(_parse(["jobs", "render", template, "--out", str(out),
-                             "--output-dir", str(tmp / "runs"), *args]))
+    code = cli.main(["jobs", "render", template, "--out", str(out),
+                     "--output-dir", str(tmp / "runs"), *args])
     assert code == 0
     return out
-
-
-def _parse(argv: list[str]):
-    from hpccoll.cli import _parser
-    return _parser().parse_args(argv)
 
 
 # ------------------------------------------------------------------------------------------
 # Rendering
 
 def test_every_template_is_found_and_documents_its_variables():
-    found = jobs.templates()
+    found = rendering.templates()
     assert set(TEMPLATES) <= set(found)
     for name in TEMPLATES:
         text = found[name].read_text()
@@ -84,7 +81,7 @@ def test_render_fills_the_template(template, tmp_path):
     assert not any("account" in l for l in sbatch), "empty --account must be left out"
     assert ("#SBATCH --exclusive" in sbatch) == (template != "verify")
     assert "LAUNCHER=mpiexec" in text and "export A='b c'" in text and "module load mpi" in text
-    python, venv = jobs._python(None)          # this interpreter, and its venv if any
+    python, venv = rendering._python(None)     # this interpreter, and its venv if any
     assert python == sys.executable and f"HPCCOLL_PYTHON={python}" in text
     assert f"HPCCOLL_VENV={venv or chr(39) * 2}" in text
     assert (tmp_path / "runs").is_dir()
@@ -94,13 +91,13 @@ def test_render_fills_the_template(template, tmp_path):
 
 def test_render_points_at_another_python(tmp_path):
     """--python takes a virtual environment (activated in the job) or an interpreter."""
-    _, venv = jobs._python(None)
+    _, venv = rendering._python(None)
     if not venv:
         pytest.skip("the tests do not run in a virtual environment")
     text = render(tmp_path, "bench", "--python", venv).read_text()
     assert f"HPCCOLL_VENV={venv}\n" in text and f"HPCCOLL_PYTHON={venv}/bin/python\n" in text
     system = shutil.which("bash")                      # an executable that is no Python
-    code = jobs.main(_parse(["jobs", "render", "bench", "--python", system]))
+    code = cli.main(["jobs", "render", "bench", "--python", system])
     assert code == 2
 
 
@@ -137,7 +134,7 @@ def test_render_points_at_another_python(tmp_path):
     (["bench", "--output-dir", "/tmp/with space"], "characters"),
 ])
 def test_render_refuses_impossible_requests(args, message, tmp_path, capsys):
-    code = jobs.main(_parse(["jobs", "render", *args, "--out", str(tmp_path / "x.sbatch")]))
+    code = cli.main(["jobs", "render", *args, "--out", str(tmp_path / "x.sbatch")])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not (tmp_path / "x.sbatch").exists()
@@ -145,7 +142,8 @@ def test_render_refuses_impossible_requests(args, message, tmp_path, capsys):
 
 def test_render_command_line(tmp_path):
     done = hpccoll("jobs", "render", "bench", "--nodes", "0")
-    assert done.returncode == 2 and "hpccoll jobs render: --nodes must be at least 1" in done.stderr
+    assert done.returncode == 2
+    assert "hpccoll jobs render: error: --nodes must be at least 1" in done.stderr
     done = hpccoll("jobs", "render", "verify", "--output-dir", str(tmp_path))
     assert done.returncode == 0 and done.stdout.startswith("#!/bin/bash")
 
@@ -154,7 +152,7 @@ def test_render_command_line(tmp_path):
     ("30", 1800), ("5:30", 330), ("01:00:00", 3600), ("2-0", 172800), ("1-02:03", 93780),
     ("1-00:00:01", 86401), ("UNLIMITED", None)])
 def test_parse_time(text, seconds):
-    assert jobs.parse_time(text) == seconds
+    assert rendering.parse_time(text) == seconds
 
 
 # ------------------------------------------------------------------------------------------
@@ -187,7 +185,7 @@ def test_collect_merges_runs_into_a_scaling_table(tmp_path, capsys):
     fake_run(tmp_path / "runs", "a-1", 2, 1, "COMPLETED")
     fake_run(tmp_path / "runs", "a-2", 8, 2, "COMPLETED")
     prefix = tmp_path / "out" / "table"
-    code = jobs.collect([str(tmp_path / "runs")], str(prefix), with_plot=True)
+    code = scaling.collect([str(tmp_path / "runs")], str(prefix), with_plot=True)
     assert code == 0, capsys.readouterr()
     table = json.loads(Path(f"{prefix}.json").read_text())
     assert table["points"] == [{"ranks": 2, "nodes": 1}, {"ranks": 8, "nodes": 2}]
@@ -205,7 +203,7 @@ def test_collect_and_status_report_failed_and_unfinished_runs(tmp_path, capsys):
     bad = fake_run(runs, "b-2", 2, 1, "FAILED")
     wrong = fake_run(runs, "w-3", 4, 1, "COMPLETED", wrong=5)
     gone = fake_run(runs, "k-4", 4, 1, None)
-    code = jobs.collect([str(p) for p in (good, bad, wrong, gone)], str(tmp_path / "t"))
+    code = scaling.collect([str(p) for p in (good, bad, wrong, gone)], str(tmp_path / "t"))
     captured = capsys.readouterr()
     assert code == 1
     assert "FAILED" in captured.err and "b-2" in captured.err and "w-3" in captured.err \
@@ -215,8 +213,8 @@ def test_collect_and_status_report_failed_and_unfinished_runs(tmp_path, capsys):
     assert "no status.json" in captured.out
     md = (tmp_path / "t.md").read_text()
     assert "Runs that did not complete cleanly" in md
-    assert jobs.status([str(good)]) == 0
-    assert jobs.status([str(bad)]) == 1
+    assert status([str(good)]) == 0
+    assert status([str(bad)]) == 1
     done = hpccoll("jobs", "collect", str(tmp_path / "nothing-here"))
     assert done.returncode == 2 and "no such run directory" in done.stderr
 

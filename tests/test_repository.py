@@ -1,4 +1,5 @@
-"""The repository's promises: CI runs exactly the README's test command."""
+"""The repository's promises: CI runs exactly the README's test command; the top-level
+``jobs/`` holds the SLURM templates (and their README) that the package ships."""
 
 from pathlib import Path
 
@@ -13,6 +14,14 @@ def test_ci_runs_the_readme_test_command():
     blocks = readme.split("```bash\n")
     assert ci_command[0] == blocks[2].split("\n")[0], "README's second command differs from CI's"
     assert "hpccoll bench" in blocks[1].split("\n")[0]
+
+
+def test_top_level_jobs_has_the_templates_the_package_renders():
+    from hpccoll.tools.jobs.rendering import TEMPLATE_DIR
+    files = {p.name: p.read_text() for p in (ROOT / "jobs").iterdir()}
+    assert {"README.md", "_common.bash", "bench.sbatch", "scaling.sbatch", "tune.sbatch",
+            "verify.sbatch"} <= set(files)
+    assert files == {p.name: p.read_text() for p in TEMPLATE_DIR.iterdir()}
 
 
 def test_shipped_decision_table_names_algorithms_that_apply():

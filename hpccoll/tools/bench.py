@@ -29,9 +29,9 @@ from typing import Any, Callable, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import api, buffers, registry, settings
-from .collectives import spec
-from .schedule import RECV
+from .. import api, buffers, registry, settings
+from ..collectives import spec
+from ..schedule import RECV
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # the MPI library's collective called through hpccoll (non-blocking, polled with the

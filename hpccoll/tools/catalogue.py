@@ -15,9 +15,9 @@ import math
 import sys
 from pathlib import Path
 
-from . import registry
-from .collectives import spec, uniform_call
-from .topology import from_spec
+from .. import registry
+from ..collectives import spec, uniform_call
+from ..topology import from_spec
 
 HEADER = """# Algorithm catalogue
 
@@ -38,7 +38,7 @@ def popsum(p: int) -> int:
 
 
 def grid(p: int) -> tuple[int, int]:
-    from .algorithms.mesh import grid_shape
+    from ..algorithms.mesh import grid_shape
     return grid_shape(p)
 
 

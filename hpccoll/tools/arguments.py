@@ -1,0 +1,104 @@
+"""What the subcommands share to read their arguments: a parser that raises its errors, and
+converters that check a value when it is parsed (argparse reports their message as the
+argument's error)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+from typing import Callable
+
+
+class UsageError(Exception):
+    """Arguments a parser refused: ``prog`` is the (sub)command whose parser it was."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog, self.message = prog, message
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser that raises :class:`UsageError` instead of printing the usage and
+    exiting, so that the command reports it like any other error (its subparsers too)."""
+
+    def error(self, message: str):
+        raise UsageError(self.prog, message)
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """A converter to a whole number no smaller than ``least``."""
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return whole_number
+
+
+def size(text: str) -> int:
+    """A message size in bytes (K/M/G suffixes)."""
+    from .bench import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def size_range(text: str) -> str:
+    """A ``MIN:MAX`` size range (or one size), checked and kept as written."""
+    from . import bench
+    try:
+        bench.size_range(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def dtype(text: str) -> str:
+    """An element type hpccoll supports, kept as written."""
+    import numpy as np
+
+    from ..buffers import SUPPORTED_DTYPES
+    try:
+        supported = np.dtype(text) in SUPPORTED_DTYPES
+    except TypeError:
+        supported = False
+    if not supported:
+        raise argparse.ArgumentTypeError(f"unsupported dtype {text!r}; hpccoll supports "
+                                         f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}")
+    return text
+
+
+def output_file(path: str) -> str:
+    """A file to write, in a directory that exists."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: no directory {directory}")
+    return path
+
+
+def plot_file(path: str) -> str:
+    """A picture to write: :func:`output_file`, and matplotlib there to draw it."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise argparse.ArgumentTypeError("needs matplotlib: pip install 'hpccoll[plot]'")
+    return output_file(path)
+
+
+def bench_results(path: str) -> str:
+    """A file ``hpccoll bench --json`` wrote."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON: {error}") from None
+    if not (isinstance(data, dict) and isinstance(data.get("meta"), dict)
+            and isinstance(data.get("results"), list)):
+        raise argparse.ArgumentTypeError(f"{path} is not an 'hpccoll bench --json' file")
+    return path

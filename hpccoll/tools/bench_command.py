@@ -1,0 +1,55 @@
+"""``hpccoll bench``: its arguments (also checked by ``hpccoll jobs render --bench-args``) and
+its handler, which runs :mod:`hpccoll.tools.bench`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..collectives import SPECS
+from . import arguments
+
+# every collective whose buffers a size alone describes (not alltoallv's per-peer counts)
+BENCH_COLLECTIVES = tuple(name for name, c in SPECS.items() if not c.vector)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``hpccoll bench``'s arguments, on ``parser``."""
+    parser.add_argument("collective", choices=BENCH_COLLECTIVES)
+    parser.add_argument("-a", "--algorithms", default="all",
+                        help="comma-separated algorithm names, or 'all' (native is always run "
+                             "as the baseline)")
+    parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range,
+                        help="MIN:MAX in bytes, powers of two (K/M/G suffixes), default 8:16M")
+    parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=100,
+                        help="timed iterations per size (a tenth past 1 MiB), default 100")
+    parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=10,
+                        help="warm-up calls, default 10")
+    parser.add_argument("--dtype", default="float32", type=arguments.dtype,
+                        help="element type, default float32")
+    parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                        help="check the data once per size and algorithm (default on)")
+    parser.add_argument("--json", metavar="FILE", type=arguments.output_file,
+                        help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", type=arguments.plot_file,
+                        help="plot bandwidth and time against size (needs matplotlib)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on rank 0 (default: when stderr is a terminal)")
+    parser.add_argument("--delay", metavar="RANK:US",
+                        help="straggler: this rank starts every call US microseconds late")
+    parser.add_argument("--pause", metavar="RANK:PROB:US",
+                        help="straggler: this rank pauses US microseconds before a step with "
+                             "probability PROB")
+
+
+def add_parser(subparsers: Any) -> None:
+    """``hpccoll bench`` on the ``hpccoll`` parser's subparsers."""
+    parser = subparsers.add_parser("bench", help="time algorithms against the native "
+                                                 "collective (run under mpiexec/srun)")
+    add_arguments(parser)
+    parser.set_defaults(handler=run, prog=parser.prog)
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import bench
+    return bench.main(args, args.command_line)

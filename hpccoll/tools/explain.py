@@ -1,0 +1,49 @@
+"""``hpccoll explain``: what ``algorithm="auto"`` picks for a call, and why."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..collectives import NAMES as COLLECTIVES
+from . import arguments
+
+
+def add_parser(subparsers: Any) -> None:
+    """``hpccoll explain`` on the ``hpccoll`` parser's subparsers."""
+    parser = subparsers.add_parser("explain", help="what algorithm='auto' picks for a call, "
+                                                   "and why")
+    parser.add_argument("collective", choices=COLLECTIVES)
+    parser.add_argument("--bytes", required=True, type=arguments.size,
+                        help="message size, benchmark convention (K/M/G suffixes)")
+    parser.add_argument("--ranks", type=arguments.at_least(1),
+                        help="communicator size (default: this job's)")
+    parser.add_argument("--topology", help="a topology spec or file (default: one node)")
+    parser.add_argument("--dtype", default="float32", type=arguments.dtype)
+    parser.set_defaults(handler=run, prog=parser.prog)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .. import costmodel, registry, tuning
+    from ..topology import from_spec
+    p = args.ranks
+    if p is None:
+        from mpi4py import MPI
+        p = MPI.COMM_WORLD.Get_size()
+    nbytes = args.bytes
+    topology = from_spec(args.topology, p) if args.topology else None
+    call = costmodel.stand_in(args.collective, p, nbytes, np.dtype(args.dtype).itemsize,
+                              topology)
+    decision = tuning.decide(call, nbytes)
+    print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
+          f"({decision.source}: {decision.reason})")
+    machine = costmodel.machine_for(call)
+    print(f"cost model ({machine.name}):")
+    for algorithm in registry.algorithms(args.collective):
+        reason = algorithm.violated(call)
+        text = f"does not apply: needs {reason}" if reason else \
+            f"{costmodel.predict(call, algorithm.name, machine) * 1e6:10.1f} us"
+        print(f"  {algorithm.name:<20} {text}")
+    return 0

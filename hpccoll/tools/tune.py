@@ -1,0 +1,82 @@
+"""``hpccoll tune``: time every applicable algorithm per size on this job's ranks and write a
+decision table (run under mpiexec)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from typing import Any
+
+from . import arguments
+from .bench_command import BENCH_COLLECTIVES
+
+
+def bench_collective(name: str) -> str:
+    """A collective ``hpccoll bench`` can time."""
+    if name not in BENCH_COLLECTIVES:
+        raise argparse.ArgumentTypeError(f"unknown collective {name!r}; choose from "
+                                         f"{', '.join(BENCH_COLLECTIVES)}")
+    return name
+
+
+def add_parser(subparsers: Any) -> None:
+    """``hpccoll tune`` on the ``hpccoll`` parser's subparsers."""
+    parser = subparsers.add_parser("tune", help="time every applicable algorithm per size on "
+                                                "this job's ranks and write a decision table "
+                                                "(run under mpiexec)")
+    parser.add_argument("collectives", nargs="*", metavar="COLLECTIVE", type=bench_collective,
+                        help=f"default: {' '.join(BENCH_COLLECTIVES)}")
+    parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range)
+    parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=50)
+    parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=5)
+    parser.add_argument("--dtype", default="float32", type=arguments.dtype)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="sweeps per collective; each time is the median over them "
+                             "(default 3: shared machines are noisy)")
+    parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
+                        help="decision table to write; merged into if it exists (other rank "
+                             "counts kept), default hpccoll-tuning.json")
+    parser.set_defaults(handler=run, prog=parser.prog)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from .. import tuning
+    from . import bench
+    comm = MPI.COMM_WORLD
+    collectives = args.collectives or list(BENCH_COLLECTIVES)
+    table = None
+    if os.path.exists(args.out):
+        try:
+            table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--out {args.out} is not JSON: {error}") from None
+    for collective in collectives:
+        names = bench.selected_algorithms(collective, f"all,{bench.API_NATIVE}", comm.size)
+        sweeps: dict[tuple[int, str], list[float]] = {}
+        for sweep in range(max(1, args.repeat)):
+            results = bench.run(comm, collective, names, bench.size_range(args.sizes),
+                                args.dtype, args.iterations, args.warmup, check=sweep == 0,
+                                out=sys.stdout if comm.rank == 0 else None)
+            if any(r.wrong for r in results):
+                if comm.rank == 0:
+                    print(f"hpccoll tune: wrong results for {collective}; no table written",
+                          file=sys.stderr)
+                return 1
+            for r in results:    # native as hpccoll runs it, not the plain mpi4py baseline
+                if r.algorithm != "native":
+                    name = "native" if r.algorithm == bench.API_NATIVE else r.algorithm
+                    sweeps.setdefault((r.bytes, name), []).append(r.time_us)
+        timings: dict[int, dict[str, float]] = {}
+        for (size, name), times in sweeps.items():
+            timings.setdefault(size, {})[name] = statistics.median(times)
+        table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings))
+    if comm.rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(table, f, indent=1)
+        print(f"# decision table for {comm.size} rank(s) written to {args.out}")
+    return 0
