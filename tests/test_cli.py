@@ -215,7 +215,7 @@ def test_unreadable_files_are_named(tmp_path):
     assert f"{other} is not an 'hpccoll bench --json' file" in done.stderr
     done = hpccoll("tune", "allreduce", "--out", str(bad), ranks=1)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
-    assert f"hpccoll tune: error: --out {bad} is not JSON" in done.stderr
+    assert f"hpccoll tune: error: tuning file {bad} is not JSON" in done.stderr
 
 
 @pytest.mark.parametrize("table", ["{not json", "[]", '{"format": "hpccoll-tuning/1", '

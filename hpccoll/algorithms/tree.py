@@ -12,7 +12,6 @@ the per-element time, gamma the per-element reduction time, k the chain's segmen
 
 from __future__ import annotations
 
-from math import ceil, log2
 
 from ..registry import Cost, register
 from ..schedule import (RECV, SCRATCH, Call, Program, Recv, Reduce, Region, Send, Step,

@@ -51,10 +51,7 @@ def run(args: argparse.Namespace) -> int:
     collectives = args.collectives or list(BENCH_COLLECTIVES)
     table = None
     if os.path.exists(args.out):
-        try:
-            table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"--out {args.out} is not JSON: {error}") from None
+        table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
     for collective in collectives:
         names = bench.selected_algorithms(collective, f"all,{bench.API_NATIVE}", comm.size)
         sweeps: dict[tuple[int, str], list[float]] = {}
