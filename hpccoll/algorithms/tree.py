@@ -12,7 +12,6 @@ the per-element time, gamma the per-element reduction time, k the chain's segmen
 
 from __future__ import annotations
 
-
 from ..registry import Cost, register
 from ..schedule import (RECV, SCRATCH, Call, Program, Recv, Reduce, Region, Send, Step,
                         even_split, offsets, one_rank, segment_count, segments)
