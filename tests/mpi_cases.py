@@ -1,4 +1,5 @@
-"""Shared data for the MPI tests: exact (integer-valued) inputs and the native reference."""
+"""Shared data for the MPI tests: exact (integer-valued) inputs, MPI ops by name, and the
+comparison with the native result."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def data(rank: int, n: int, dtype: str, op: str = "sum", salt: int = 0) -> np.nd
     if np.dtype(dtype).kind == "c":
         out = out + 1j * rng.integers(-3, 4, size=n).astype(dtype)
     return out
+
+
+def mpi_op(name):
+    from mpi4py import MPI
+    return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
+
+
+def check(got, want, what):
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want), f"{what}: got {got[:8]}, want {want[:8]}"

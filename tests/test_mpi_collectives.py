@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_cases import DTYPES, data, ops_for
+from mpi_cases import DTYPES, check, data, mpi_op, ops_for
 
 RANKS = [1, 2, 3, 4]
 SIZES = [0, 1, 7, 1000]
@@ -29,16 +29,6 @@ def cases(dtypes=DTYPES, with_ops=False):
         for op in (ops_for(dtype) if with_ops and dtype in OP_DTYPES else ["sum"]):
             for n in SIZES:
                 yield dtype, op, n
-
-
-def mpi_op(name):
-    from mpi4py import MPI
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
-
-
-def check(got, want, what):
-    assert got.dtype == want.dtype
-    assert np.array_equal(got, want), f"{what}: got {got[:8]}, want {want[:8]}"
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_cases import data, ops_for
+from mpi_cases import check, data, mpi_op, ops_for
 
 RANKS = [1, 2, 3, 4, 5]
 SIZES = [0, 7, 70000]
@@ -22,16 +22,6 @@ def cases(p: int):
 def algorithms_for(collective: str) -> list[str]:
     from hpccoll import registry
     return [a.name for a in registry.algorithms(collective)] + ["native"]
-
-
-def mpi_op(name):
-    from mpi4py import MPI
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
-
-
-def check(got, want, what):
-    assert got.dtype == want.dtype
-    assert np.array_equal(got, want), f"{what}: got {got[:8]}, want {want[:8]}"
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
