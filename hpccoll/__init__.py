@@ -10,7 +10,7 @@ from .api import (PersistentRequest, Request, allgather, allgather_init, allgath
                   allreduce, allreduce_init, alltoall, alltoall_init, alltoallv, alltoallv_init,
                   iallgather, iallreduce, ialltoall, ialltoallv, ireduce_scatter, reduce_scatter,
                   reduce_scatter_init, set_topology, topology)
-from .executor import CollectiveTimeout
+from .runtime.progress import CollectiveTimeout
 from .settings import configure
 from .shared import SharedAllgather, SharedAllreduce
 from .topology import Topology

@@ -20,9 +20,11 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, kernels, registry, settings, tuning
-from .executor import (NodeWindow, Operation, Plan, deadline_from, note_ranks_per_host,
-                       wait_requests)
+from . import registry, settings, tuning
+from .runtime import buffers, kernels
+from .runtime.executor import Operation, Plan
+from .runtime.progress import deadline_from, note_ranks_per_host, wait_requests
+from .runtime.window import NodeWindow
 from .schedule import Call, buffer_sizes, offsets
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 from .verify import IN_PLACE_COLLECTIVES

@@ -422,7 +422,7 @@ def _check_sweep(request: Request, name: str, used: set[str], option: Any,
     import numpy as np
 
     from . import bench
-    from .buffers import SUPPORTED_DTYPES
+    from .runtime.buffers import SUPPORTED_DTYPES
     collectives = _collectives(option("collectives"))
     context["collectives"] = collectives
     sizes = option("sizes")

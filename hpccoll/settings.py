@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Callable
 
 DEFAULT_TIMEOUT = 600.0
 _UNSET = object()
@@ -44,6 +45,14 @@ def from_environment() -> Settings:
 
 
 current = from_environment()
+_listeners: list[Callable[[Settings], None]] = []
+
+
+def on_change(listener: Callable[[Settings], None]) -> None:
+    """Call ``listener(settings)`` now and after every :func:`configure` (the executor installs
+    its fault injection this way, only while ``stall`` is set)."""
+    _listeners.append(listener)
+    listener(current)
 
 
 def configure(*, timeout: float | None | object = _UNSET, check: bool | object = _UNSET,
@@ -67,4 +76,6 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
             stall = (float(probability), float(seconds))
         changes["stall"] = stall
     current = replace(current, **changes)
+    for listener in _listeners:
+        listener(current)
     return previous
