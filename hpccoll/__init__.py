@@ -12,7 +12,7 @@ from .api import (allgather, allgather_init, allgather_stream, allreduce, allred
                   ireduce_scatter, reduce, reduce_init, reduce_scatter, reduce_scatter_init)
 from .context import set_topology, topology
 from .requests import PersistentRequest, Request
-from .executor import CollectiveTimeout
+from .runtime.progress import CollectiveTimeout
 from .settings import configure
 from .shared import SharedAllgather, SharedAllreduce
 from .topology import Topology

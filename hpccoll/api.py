@@ -15,12 +15,13 @@ from typing import Any, Callable, Iterator, Mapping
 
 from mpi4py import MPI
 
-from . import buffers, kernels, registry, settings
+from . import registry, settings
 from .arguments import CallArgs, agree, check_apart, ignores_recvbuf, resolve, signature, validate
 from .collectives import nonblocking
-from .context import Context, context, existing_context, set_topology, topology  # noqa: F401
-from .executor import Operation, Plan
+from .context import Context, context, existing_context
 from .requests import NativeOperation, PersistentRequest, Request
+from .runtime import buffers, kernels
+from .runtime.executor import Operation, Plan
 from .schedule import offsets
 
 BLOCKING_TAGS = (0, 1 << 8)     # blocking calls run one at a time: tags 0..255 by step

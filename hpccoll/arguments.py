@@ -17,10 +17,12 @@ from typing import Any, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, registry, tuning
+from . import registry, tuning
 from .collectives import SPECS, Collective, check_counts, spec
 from .context import check_comm
-from .executor import wait_requests
+from .runtime import buffers
+from .runtime.agreement import gather_rows
+from .runtime.progress import wait_requests
 from .schedule import Call, offsets
 
 
@@ -193,8 +195,7 @@ def agree(comm: MPI.Comm, args: CallArgs, algorithm: str) -> None:
         wait_requests([comm.Ialltoall(np.array(call.counts, np.int64), theirs)],
                       "HPCCOLL_CHECK count exchange")
         mine = np.append(mine, np.count_nonzero(theirs != np.array(call.recvcounts)))
-    everyone = np.zeros((call.p, len(mine)), np.int64)
-    wait_requests([comm.Iallgather(mine, everyone)], "HPCCOLL_CHECK agreement")
+    everyone = gather_rows(comm, mine, "HPCCOLL_CHECK agreement")
     differ = np.flatnonzero(everyone[:, 0] != everyone[0, 0]).tolist()
     if differ:
         raise ValueError(f"HPCCOLL_CHECK: ranks {differ} called {args.collective} differently "

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from mpi4py import MPI
 
-from .executor import NodeWindow, Plan, note_ranks_per_host, wait_requests
+from .runtime.executor import Plan
+from .runtime.progress import note_ranks_per_host, wait_requests
+from .runtime.window import NodeWindow
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 
 if TYPE_CHECKING:

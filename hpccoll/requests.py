@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from mpi4py import MPI
 
-from .executor import deadline_from, wait_requests
+from .runtime.progress import deadline_from, wait_requests
 
 if TYPE_CHECKING:
     from .api import Prepared

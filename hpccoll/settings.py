@@ -122,6 +122,14 @@ def from_environment() -> Settings:
 
 
 current = from_environment()
+_listeners: list[Callable[[Settings], None]] = []
+
+
+def on_change(listener: Callable[[Settings], None]) -> None:
+    """Call ``listener(settings)`` now and after every :func:`configure` (the executor installs
+    its fault injection this way, only while ``stall`` is set)."""
+    _listeners.append(listener)
+    listener(current)
 
 
 def configure(*, timeout: float | None | object = _UNSET, check: bool | object = _UNSET,
@@ -145,4 +153,6 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
             stall = (float(probability), float(seconds))
         changes["stall"] = stall
     current = replace(current, **changes)
+    for listener in _listeners:
+        listener(current)
     return previous

@@ -1,9 +1,9 @@
-"""Zero-copy collectives whose result stays in a node-shared memory segment (seed 004,
-SW-IntraCC: CSC-AG/CSC-RS and bidirectional operator fusion).
+"""Zero-copy collectives whose result stays in a node-shared memory segment (SW-IntraCC:
+CSC-AG/CSC-RS and bidirectional operator fusion).
 
 An ordinary allgather copies every block into a private receive buffer on every rank, so a
 node holds p copies of the result.  Here the ranks of a node share one segment
-(``MPI.Win.Allocate_shared``) that holds the whole result once:
+(:class:`~hpccoll.runtime.window.Segment`) that holds the whole result once:
 
 * the producer computes straight into :attr:`~SharedAllgather.local`, its slot of the
   segment (fusion with the operator before the collective: no private output, no send copy);
@@ -24,9 +24,13 @@ visible), raises its own arrival counter (one int64 per rank on its own cache li
 barrier writes n), polls until every counter of the node has reached n, and calls
 ``Win.Sync()`` again -- the standard's polling pattern for shared windows.  It needs no
 progress calls from the other ranks (the last to arrive releases the others at once, which
-matters when ranks outnumber cores); waiting yields the core after a few idle polls and
-raises :class:`~hpccoll.CollectiveTimeout` after ``HPCCOLL_TIMEOUT`` naming the ranks that
-did not arrive, so no rank hangs forever.
+matters when ranks outnumber cores); waiting is the runtime's polling loop
+(:func:`~hpccoll.runtime.progress.poll`: it yields the core after a few idle polls and raises
+:class:`~hpccoll.CollectiveTimeout` after ``HPCCOLL_TIMEOUT`` naming the ranks that did not
+arrive), so no rank hangs forever.  Construction errors met on some ranks only (ranks that do
+not share memory, a failed allocation) raise on every rank
+(:func:`~hpccoll.runtime.agreement.agree`); a segment larger than the node's memory is a
+MemoryError.
 
 Validity rule (both classes): the :attr:`result` of a run stays valid on a rank until that
 rank calls the next :meth:`run` (or :meth:`start`); :attr:`local` may be written from the
@@ -54,41 +58,18 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import os
 import time
 from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
-from . import api, buffers, kernels, registry, settings
-from .executor import CollectiveTimeout, deadline_from, idle_polls, wait_requests
+from . import api, context, registry
+from .runtime import buffers, kernels, window
+from .runtime.agreement import agree
+from .runtime.progress import CollectiveTimeout, deadline_from, poll, timeout, wait_requests
+from .runtime.window import ALIGN, round_up
 from .schedule import Call
-
-ALIGN = 64              # bytes: regions written by different ranks start on cache lines
-MESSAGE_BYTES = 400     # error text exchanged by the agreement at construction
-_ERROR_TYPES = (None, ValueError, TypeError, RuntimeError)
-
-
-def node_shares_memory(node_comm: MPI.Intracomm) -> bool:
-    """Whether all ranks of ``node_comm`` are in one shared-memory group: splitting it with
-    ``Split_type(COMM_TYPE_SHARED)`` leaves it whole.  Collective over ``node_comm``."""
-    group = node_comm.Split_type(MPI.COMM_TYPE_SHARED, key=node_comm.Get_rank())
-    try:
-        return group.Get_size() == node_comm.Get_size()
-    finally:
-        group.Free()
-
-
-def allocate_window(nbytes: int, node_comm: MPI.Intracomm) -> MPI.Win:
-    """The node's shared window: one contiguous segment of ``nbytes`` allocated by the node's
-    rank 0, none by the others (they reach it through ``Shared_query(0)``).  Collective."""
-    return MPI.Win.Allocate_shared(nbytes if node_comm.Get_rank() == 0 else 0, 1,
-                                   comm=node_comm)
-
-
-def _round_up(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
 
 
 def _check_shape(shape: Any, name: str) -> tuple[int, ...]:
@@ -123,26 +104,6 @@ def _check_algorithm_name(collective: str, name: Any) -> None:
         registry.get(collective, name)
 
 
-def _agree(comm: MPI.Intracomm, error: BaseException | None, what: str) -> None:
-    """Raise on every rank if ``error`` happened on any (one small Iallgather of the error
-    texts): ValueError/TypeError stay what they are, anything else becomes RuntimeError, and
-    every rank's message names the first failed rank and its error."""
-    mine = np.zeros(MESSAGE_BYTES, np.uint8)
-    if error is not None:
-        kind = next((i for i, t in enumerate(_ERROR_TYPES) if t and isinstance(error, t)), 3)
-        text = f"{type(error).__name__}: {error}".encode()[:MESSAGE_BYTES - 1]
-        mine[0] = kind
-        mine[1:1 + len(text)] = np.frombuffer(text, np.uint8)
-    everyone = np.zeros((comm.Get_size(), MESSAGE_BYTES), np.uint8)
-    wait_requests([comm.Iallgather(mine, everyone)], f"{what} (agreement)")
-    failed = np.flatnonzero(everyone[:, 0])
-    if failed.size:
-        first = int(failed[0])
-        text = everyone[first, 1:].tobytes().rstrip(b"\0").decode(errors="replace")
-        raise _ERROR_TYPES[everyone[first, 0]](f"{what} failed on rank {first}: {text}") \
-            from error
-
-
 class _SharedCollective:
     """The node-shared segment and its synchronisation; subclasses lay out and fill it."""
 
@@ -151,7 +112,7 @@ class _SharedCollective:
     def __init__(self, comm: MPI.Intracomm, nbytes: int, inter_algorithm: str,
                  inter_call: Call | None) -> None:
         name = type(self).__name__
-        ctx = api.context(comm)             # collective on first use (hpccoll's private dup)
+        ctx = context.context(comm)     # collective on first use (hpccoll's private dup)
         topology = ctx.topology
         self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
         nodes = topology.nodes
@@ -170,19 +131,19 @@ class _SharedCollective:
         self._node = private.Split(node, self.rank)
         self.node_rank = self._node.Get_rank()
         error = None
+        flag_bytes = len(self.node_ranks) * ALIGN      # one arrival counter per cache line
         try:
-            if not node_shares_memory(self._node):
+            if not window.shares_memory(self._node):
                 error = ValueError(f"the ranks {list(self.node_ranks)} of topology "
                                    f"node {node} do not all share memory (Split_type("
                                    "COMM_TYPE_SHARED) splits them); give a topology whose "
                                    "nodes are shared-memory nodes")
-            elif nbytes > buffers.physical_memory():
-                error = ValueError(f"a shared segment of {nbytes} bytes per node is more than "
-                                   f"this node's memory ({buffers.physical_memory()} bytes)")
+            else:
+                window.check_fits(flag_bytes + nbytes)
         except Exception as exc:     # noqa: BLE001  (an MPI failure becomes everyone's error)
             error = exc
         try:
-            _agree(private, error, name)
+            agree(private, error, name)
         except Exception:
             self._node.Free()
             raise
@@ -192,26 +153,20 @@ class _SharedCollective:
         if self._multi_node:
             leaders = private.Split(0 if leader else MPI.UNDEFINED, self.rank)
             self._leaders = leaders if leader else None
-        self._win = None
-        flag_bytes = len(self.node_ranks) * ALIGN      # one arrival counter per cache line
+        self._segment: window.Segment | None = None
         try:
-            self._win = allocate_window(flag_bytes + nbytes, self._node)
-            if self._win.Get_attr(MPI.WIN_MODEL) != MPI.WIN_UNIFIED:
-                raise RuntimeError("the MPI library's shared window is not in the unified "
-                                   "memory model")
-            self._win.Lock_all(MPI.MODE_NOCHECK)
-            memory, _ = self._win.Shared_query(0)
-            segment = np.frombuffer(memory, np.uint8, count=flag_bytes + nbytes)
-            self._arrivals = segment[:flag_bytes].view(np.int64)[::ALIGN // 8]
-            self.data = segment[flag_bytes:]
+            self._segment = window.Segment(flag_bytes + nbytes, self._node)
+            memory = self._segment.memory
+            self._arrivals = memory[:flag_bytes].view(np.int64)[::ALIGN // 8]
+            self.data = memory[flag_bytes:]
             if leader:
                 self._arrivals[:] = 0
-            self._win.Sync()
+            self._segment.win.Sync()
             error = None
         except Exception as exc:     # noqa: BLE001
             error = exc
-        _agree(private, error, f"{name}: allocating the shared segment of {nbytes} bytes")
-        self._win.Sync()            # the zeroed counters, seen after the agreement
+        agree(private, error, f"{name}: allocating the shared segment of {nbytes} bytes")
+        self._segment.win.Sync()    # the zeroed counters, seen after the agreement
         self._epoch = 0             # node barriers this rank has entered
         self._started = False
         self._runs = 0
@@ -222,28 +177,20 @@ class _SharedCollective:
         """Enter a node barrier: Win.Sync (this rank's writes before its arrival), then
         raise this rank's arrival counter."""
         self._epoch += 1
-        self._win.Sync()
+        self._segment.win.Sync()
         self._arrivals[self.node_rank] = self._epoch
 
     def _await(self, what: str) -> None:
         """Leave the node barrier: poll until every counter of the node reached this rank's
         epoch, then Win.Sync (the others' writes after their arrival).  Yields the core after
         a few idle polls; CollectiveTimeout after HPCCOLL_TIMEOUT naming the missing ranks."""
-        arrivals, epoch = self._arrivals, self._epoch
-        spins, start = 0, time.monotonic()
-        while arrivals.min() < epoch:
-            spins += 1
-            if spins > idle_polls():
-                os.sched_yield()
-            if spins % 64 == 0:
-                deadline = deadline_from(start)
-                if deadline is not None and time.monotonic() > deadline:
-                    missing = [self.node_ranks[i] for i in np.flatnonzero(arrivals < epoch)]
-                    raise CollectiveTimeout(
-                        f"{type(self).__name__}: {what} did not complete within "
-                        f"{settings.current.timeout:g} s (HPCCOLL_TIMEOUT): rank(s) "
-                        f"{missing} did not arrive")
-        self._win.Sync()
+        if not poll(self._all_arrived, deadline_from(time.monotonic())):
+            late = [self.node_ranks[i] for i in np.flatnonzero(self._arrivals < self._epoch)]
+            raise timeout(f"{type(self).__name__}: {what}", f"rank(s) {late} did not arrive")
+        self._segment.win.Sync()
+
+    def _all_arrived(self) -> bool:
+        return self._arrivals.min() >= self._epoch
 
     def _node_sync(self, what: str) -> None:
         """A node barrier through the segment: every rank's writes before it are visible to
@@ -252,7 +199,7 @@ class _SharedCollective:
         self._await(what)
 
     def _check_alive(self) -> None:
-        if self._win is None:
+        if self._segment is None:
             raise RuntimeError(f"{type(self).__name__} used after free()")
 
     def start(self) -> None:
@@ -292,14 +239,13 @@ class _SharedCollective:
         """Release the window and communicators (collective over ``comm``; an MPI node
         barrier with the deadline first, so a rank that never frees makes the others raise,
         not hang).  Views taken from the object must not be used afterwards."""
-        if self._win is None:
+        if self._segment is None:
             return
         if self._started:
             self.wait()
         wait_requests([self._node.Ibarrier()], f"{type(self).__name__}.free() node barrier")
-        self._win.Unlock_all()
-        self._win.Free()
-        self._win = None
+        self._segment.free()
+        self._segment = None
         self._node.Free()
         if self._leaders is not None:
             self._leaders.Free()
@@ -339,14 +285,14 @@ class SharedAllgather(_SharedCollective):
 
     def __init__(self, comm: MPI.Intracomm, block_shape: Any, dtype: Any, *,
                  inter_algorithm: str = "auto") -> None:
-        api._check_comm(comm)
+        context.check_comm(comm)
         self.block_shape = _check_shape(block_shape, "block_shape")
         self.dtype = _check_dtype(dtype)
         _check_algorithm_name(self.collective, inter_algorithm)
         p = comm.Get_size()
         block = math.prod(self.block_shape)
-        buffer_bytes = _round_up(p * block * self.dtype.itemsize)
-        topology = api.topology(comm)
+        buffer_bytes = round_up(p * block * self.dtype.itemsize)
+        topology = context.topology(comm)
         counts = tuple(len(m) * block for m in topology.nodes)
         inter_call = Call("allgather", len(counts), 0, counts, in_place=True,
                           itemsize=self.dtype.itemsize)
@@ -427,18 +373,18 @@ class SharedAllreduce(_SharedCollective):
 
     def __init__(self, comm: MPI.Intracomm, shape: Any, dtype: Any, op: Any = MPI.SUM, *,
                  inter_algorithm: str = "auto") -> None:
-        api._check_comm(comm)
+        context.check_comm(comm)
         self.shape = _check_shape(shape, "shape")
         self.dtype = _check_dtype(dtype)
         self.op = buffers.check_op(op, self.dtype)
         _check_algorithm_name(self.collective, inter_algorithm)
         n = math.prod(self.shape)
         item = self.dtype.itemsize
-        topology = api.topology(comm)
+        topology = context.topology(comm)
         q = len(topology.nodes[topology.regions[0][comm.Get_rank()]])
-        slot_bytes = _round_up(n * item)
+        slot_bytes = round_up(n * item)
         inter_call = Call("allreduce", topology.count(0), 0, (n,), in_place=True, itemsize=item)
-        super().__init__(comm, q * slot_bytes + _round_up(n * item), inter_algorithm,
+        super().__init__(comm, q * slot_bytes + round_up(n * item), inter_algorithm,
                          inter_call)
         elements = self.data[:q * slot_bytes + n * item].view(self.dtype)
         slots = elements[:q * slot_bytes // item].reshape(q, slot_bytes // item)[:, :n]

@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
-from hpccoll import kernels  # noqa: E402
+from hpccoll.runtime import kernels  # noqa: E402
 from hpccoll.shared import SharedAllgather, SharedAllreduce  # noqa: E402
 
 SEED_SAVING = {"AG": 59, "RS": 35}     # the seed's best savings of communication time, %

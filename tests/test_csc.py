@@ -193,10 +193,10 @@ def test_ranks_that_do_not_share_memory_are_refused(mpi_ranks, comm, monkeypatch
     """A node whose ranks are not one shared-memory group: every rank raises before any
     window is made (simulated: the shared-memory split is made to put each rank alone)."""
     import hpccoll
-    from hpccoll import executor
+    from hpccoll.runtime import window
     sub = comm.Dup()
     hpccoll.set_topology(sub, "nodes=1,ppn=2")
-    monkeypatch.setattr(executor, "shares_memory", lambda node: node.Get_rank() == 0)
+    monkeypatch.setattr(window, "shares_memory", lambda node: node.Get_rank() == 0)
     out = np.full(4, -1.0)
     with pytest.raises(ValueError, match="need the ranks of each node to share memory"):
         hpccoll.allgather(sub, np.zeros(2), out, algorithm="csc")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpccoll import buffers, kernels
+from hpccoll.runtime import buffers, kernels
 
 
 @pytest.mark.parametrize("dtype", [d.name for d in buffers.SUPPORTED_DTYPES])

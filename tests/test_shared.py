@@ -176,9 +176,9 @@ def bad_constructions(comm):
          lambda: SharedAllreduce(comm, 4, "float32", inter_algorithm=3)),
         ("not a communicator", TypeError, "comm must be an mpi4py intracommunicator",
          lambda: SharedAllgather(None, 4, "float32")),
-        ("absurd size", ValueError, "more than this node's memory",
+        ("absurd size", MemoryError, "more than this node's memory",
          lambda: SharedAllgather(comm, (huge,), "float64")),
-        ("absurd size", ValueError, "more than this node's memory",
+        ("absurd size", MemoryError, "more than this node's memory",
          lambda: SharedAllreduce(comm, (huge, 4), "float32")),
     ]
 
@@ -211,27 +211,28 @@ def test_bad_input_raises_everywhere(mpi_ranks, comm):
 def test_failures_on_one_rank_raise_on_every_rank(mpi_ranks, comm, monkeypatch):
     from mpi4py import MPI
     from hpccoll import shared
+    from hpccoll.runtime import window
     # ranks of a "node" that do not share memory: detected on one rank only
-    real_check = shared.node_shares_memory
-    monkeypatch.setattr(shared, "node_shares_memory",
+    real_check = window.shares_memory
+    monkeypatch.setattr(window, "shares_memory",
                         lambda node: real_check(node) and comm.rank != 1)
     with pytest.raises(ValueError, match="do not all share memory"):
         shared.SharedAllgather(comm, 4, "float32")
     with pytest.raises(ValueError, match="do not all share memory"):
         shared.SharedAllreduce(comm, 4, "float32")
-    monkeypatch.setattr(shared, "node_shares_memory", real_check)
+    monkeypatch.setattr(window, "shares_memory", real_check)
     # MPI fails to allocate the window on one rank
-    real_allocate = shared.allocate_window
+    real_allocate = window.allocate
 
     def failing(size, node):
         window = real_allocate(size, node)
         if comm.rank == comm.size - 1:
             raise MPI.Exception(MPI.ERR_NO_MEM)
         return window
-    monkeypatch.setattr(shared, "allocate_window", failing)
+    monkeypatch.setattr(window, "allocate", failing)
     with pytest.raises(RuntimeError, match="allocating the shared segment"):
         shared.SharedAllgather(comm, 4, "float32")
-    monkeypatch.setattr(shared, "allocate_window", real_allocate)
+    monkeypatch.setattr(window, "allocate", real_allocate)
     # a rank that runs alone times out naming the ranks that did not arrive; free() still works
     import hpccoll
     ar = shared.SharedAllreduce(comm, 3, "int64")
@@ -254,7 +255,7 @@ def test_failures_on_one_rank_raise_on_every_rank(mpi_ranks, comm, monkeypatch):
 
 
 class FakeComm:
-    """What ``node_shares_memory`` sees of a node communicator: its size, and the size of the
+    """What ``shares_memory`` sees of a node communicator: its size, and the size of the
     shared-memory group its Split_type yields."""
 
     def __init__(self, size, shared_size):
@@ -284,10 +285,10 @@ class FakeGroup:
 
 
 def test_node_shares_memory_detects_a_split_node():
-    from hpccoll.shared import node_shares_memory
+    from hpccoll.runtime.window import shares_memory
     whole, split = FakeComm(4, 4), FakeComm(4, 2)
-    assert node_shares_memory(whole)
-    assert not node_shares_memory(split)
+    assert shares_memory(whole)
+    assert not shares_memory(split)
     assert whole.freed == split.freed == 1
 
 
@@ -295,7 +296,7 @@ def test_node_shares_memory_detects_a_split_node():
 def test_reduce_rows_matches_numpy(dtype):
     """The one-pass multi-source kernel against ``ufunc.reduce`` (in the dtype, so integers
     wrap alike): strided and contiguous rows, into a separate array and into row 0."""
-    from hpccoll import kernels
+    from hpccoll.runtime import kernels
     for op in ops_for(dtype):
         for p in (1, 2, 3, 5):
             for n in (0, 1, 7, 5000):

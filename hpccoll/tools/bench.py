@@ -29,7 +29,8 @@ from typing import Any, Callable, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from .. import api, buffers, registry, settings
+from .. import api, registry, settings
+from ..runtime import buffers
 from ..collectives import spec
 from ..schedule import RECV
 

@@ -1,4 +1,5 @@
-"""Numba kernels for the executor: elementwise reductions and packing of block lists.
+"""Numba kernels of the runtime: elementwise reductions, one-pass reductions of equally spaced
+rows (the executor's strided reductions and the shared allreduce), and packing of block lists.
 
 Numba is imported on first use (not at ``import hpccoll``) and its compiled kernels are cached
 on disk.  Reductions have one kernel per operation, specialised by Numba per dtype; float16
@@ -107,12 +108,6 @@ def reduction(op: str, dtype: np.dtype) -> Reduction:
     """The host :class:`Reduction` of ``op`` on ``dtype``."""
     rows = None if np.dtype(dtype) == np.float16 else row_kernels()[op]
     return Reduction(reducer(op, dtype), rows)
-
-
-def reduce_numpy(op: str) -> Reducer:
-    """The NumPy equivalent of :func:`reducer` (the baseline the kernels are measured against)."""
-    ufunc = UFUNCS[op]
-    return lambda dst, a, b: ufunc(a, b, out=dst)
 
 
 # Mean bytes per block from which one slice copy (memcpy) per block beats the word loop, by the

@@ -3,19 +3,21 @@
 A :class:`Plan` is a program compiled for one dtype.  Bound to concrete buffers it becomes a
 :class:`Binding`: views of the user's arrays (no copies for contiguous regions), scratch and
 packing space of its own, and one persistent request (``Send_init``/``Recv_init``) per
-transfer, so a repeated call costs a ``Startall`` per step.  Bindings are cached per plan by
-buffer address and dropped as soon as the memory's owner is gone (weak references; MPI gets
-raw addresses, so the cache never keeps user arrays alive).
+transfer, so a repeated call costs a ``Startall`` per step; a step's local work is compiled
+into records over those views (:mod:`.ops`).  Bindings are cached per plan by buffer address
+and dropped as soon as the memory's owner is gone (weak references; MPI gets raw addresses, so
+the cache never keeps user arrays alive).
 
 An :class:`Operation` runs a binding step by step without blocking (``test``) or to the end
 (``wait``); blocking calls, non-blocking calls and persistent requests all use it.  A step
-that makes no progress for ``HPCCOLL_TIMEOUT`` seconds raises :class:`CollectiveTimeout`
-naming the step and the peers not heard from.
+that makes no progress for ``HPCCOLL_TIMEOUT`` seconds raises
+:class:`~hpccoll.runtime.progress.CollectiveTimeout` naming the step and the peers not heard
+from.  Fault injection (``settings.stall``, for resilience benchmarks) wraps the step loop
+only while it is configured: the plain loop has none of it.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import OrderedDict
@@ -25,164 +27,15 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, kernels, settings
-from .schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
+from .. import settings
+from ..schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
+from . import buffers, kernels
+from .ops import CopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops
+from .progress import cancel_open, poll, timeout
+from .window import NodeWindow
 
 BINDINGS_PER_PLAN = 4
-POLLS_BEFORE_YIELD = {False: 256, True: 16}   # idle polls before yielding: cores to spare, or not
-_idle_polls = POLLS_BEFORE_YIELD[False]
-
-
-def idle_polls() -> int:
-    """Idle polls of a wait before each further poll yields the core."""
-    return _idle_polls
-
-
-def note_ranks_per_host(ranks: int) -> None:
-    """Poll longer before yielding when this host has a core per rank, yield early when ranks
-    outnumber cores (a spinning rank then holds the core its peer needs: measured at 4 ranks
-    on 2 cores, yielding after 16 polls instead of 256 makes small collectives 3x faster)."""
-    global _idle_polls
-    _idle_polls = POLLS_BEFORE_YIELD[ranks > (os.cpu_count() or 1)]
-
-
-class CollectiveTimeout(RuntimeError):
-    """A collective step did not complete before the deadline."""
-
-
-def deadline_from(start: float) -> float | None:
-    """The monotonic time at which work begun at ``start`` times out (None: never)."""
-    limit = settings.current.timeout
-    return None if limit is None else start + limit
-
-
-def wait_requests(requests: list[MPI.Request], what: str | Callable[[], str],
-                  on_complete: Callable[[int], None] | None = None,
-                  pending: Callable[[list[int]], str] | None = None,
-                  deadline: float | None = None) -> None:
-    """Complete ``requests``, calling ``on_complete(i)`` as each finishes, polling until
-    ``deadline`` (default: ``HPCCOLL_TIMEOUT`` from now); past it, cancel what is left and
-    raise :class:`CollectiveTimeout` saying ``what`` timed out (a string, or a function
-    making it, so the hot path formats nothing) and ``pending(open request indices)``."""
-    if on_complete is None and MPI.Request.Testall(requests):
-        return
-    if deadline is None:
-        deadline = deadline_from(time.monotonic())
-    test = MPI.Request.Testsome
-    spins, left = 0, len(requests)
-    while left:
-        done = test(requests)
-        if done:
-            left -= len(done)
-            if on_complete is not None:
-                for i in done:
-                    on_complete(i)
-            continue
-        if done is None:
-            break
-        spins += 1
-        if spins > _idle_polls:
-            os.sched_yield()
-        if deadline is not None and spins % 64 == 0 and time.monotonic() > deadline:
-            open_ = [i for i, r in enumerate(requests) if not r.Test()]
-            for i in open_:
-                _cancel(requests[i])
-            detail = pending(open_) if pending else f"{len(open_)} request(s) open"
-            what = what() if callable(what) else what
-            limit = settings.current.timeout
-            raise CollectiveTimeout(f"{what} did not complete within {limit:g} s "
-                                    f"(HPCCOLL_TIMEOUT): {detail}")
-
-
-def _cancel(request: MPI.Request) -> None:
-    try:
-        request.Cancel()
-    except MPI.Exception:
-        pass
-
-
-def shares_memory(comm: MPI.Comm) -> bool:
-    """Whether all ranks of ``comm`` are in one shared-memory group (collective)."""
-    shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    together = shared.Get_size() == comm.Get_size()
-    shared.Free()
-    return together
-
-
-class NodeWindow:
-    """The segment shared by the ranks of each node (``MPI.Win.Allocate_shared`` on the node's
-    communicator), for programs that use the ``window`` buffer.
-
-    It is grown on demand (collectively over the node, which happens at the same call on every
-    rank of it because the size is a function of the call) and split in two halves that
-    successive calls use alternately, so one call's reads never race the next call's writes:
-    a rank writes a half again only after the following call's first sync, which every rank
-    of the node reaches after its reads of that half.  Memory model: a passive-target epoch
-    (``Lock_all``) for the window's life, and each sync is ``Win.Sync`` + node barrier +
-    ``Win.Sync``, as MPI's unified model requires for load/store access.
-    """
-
-    ALIGN = 64
-
-    def __init__(self, comm: MPI.Comm, node_of_rank: tuple[int, ...]):
-        self.node_comm = comm.Split(node_of_rank[comm.Get_rank()], comm.Get_rank())
-        together = shares_memory(self.node_comm)
-        flags = np.zeros(comm.Get_size(), np.int8)
-        wait_requests([comm.Iallgather(np.array([together], np.int8), flags)],
-                      "checking that each node's ranks share memory")
-        if not flags.all():
-            self.node_comm.Free()
-            apart = np.flatnonzero(flags == 0).tolist()
-            raise ValueError(f"shared-window algorithms need the ranks of each node to share "
-                             f"memory, and ranks {apart} do not share memory with the rest of "
-                             f"their node (is the topology right?)")
-        self.win: MPI.Win | None = None
-        self.half = 0              # bytes per half
-        self.memory = np.empty(0, np.uint8)
-        self.generation = 0
-        self.parity = 0
-
-    def ensure(self, nbytes: int) -> None:
-        """Make each half at least ``nbytes`` (collective over the node when it grows)."""
-        if nbytes <= self.half:
-            return
-        half = -(-nbytes // self.ALIGN) * self.ALIGN
-        if 2 * half > buffers.physical_memory():    # every rank of the node sees the same
-            raise MemoryError(f"a shared window of {2 * half} bytes is more than this node's "
-                              f"memory ({buffers.physical_memory()} bytes)")
-        self._release()
-        size = 2 * half if self.node_comm.Get_rank() == 0 else 0
-        try:
-            self.win = MPI.Win.Allocate_shared(size, 1, comm=self.node_comm)
-        except MPI.Exception as error:
-            raise MemoryError(f"could not allocate a {2 * half}-byte shared window on the "
-                              f"node: {error}") from None
-        buffer, _ = self.win.Shared_query(0)
-        self.memory = np.frombuffer(buffer, np.uint8)
-        self.win.Lock_all(MPI.MODE_NOCHECK)
-        self.half = half
-        self.generation += 1
-
-    def view(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
-        """Half ``parity`` as ``count`` elements of ``dtype``."""
-        start = parity * self.half
-        return self.memory[start:start + count * dtype.itemsize].view(dtype)
-
-    def flip(self) -> int:
-        """The half the next call uses."""
-        self.parity ^= 1
-        return self.parity
-
-    def _release(self) -> None:
-        if self.win is not None:
-            self.memory = np.empty(0, np.uint8)
-            self.win.Unlock_all()
-            self.win.Free()
-            self.win = None
-
-    def free(self) -> None:
-        self._release()
-        self.node_comm.Free()
+_test_some = MPI.Request.Testsome
 
 
 @dataclass
@@ -190,9 +43,9 @@ class _CompiledStep:
     index: int
     requests: list[MPI.Prequest]
     peers: list[tuple[str, int]]          # ('from'|'to', rank) per request
-    packs: list[tuple[Callable, tuple]]
-    local: list[tuple]
-    arrivals: dict[int, list[tuple]]      # request index -> ops on arrival
+    packs: list[MoveOp]                   # packing before the sends start
+    local: list[Op]
+    arrivals: dict[int, list[Op]]         # request index -> ops on arrival
     results: list[tuple[int, int]]        # (offset, count) of the receive buffer it writes
     sync: bool = False                    # a node barrier over the shared window
 
@@ -284,10 +137,6 @@ class Binding:
             self.steps_by_parity.append([self._compile(comm, i, step, tags)
                                          for i, step in plan.steps])
 
-    @property
-    def steps(self) -> list[_CompiledStep]:
-        return self.steps_by_parity[0]
-
     def alive(self) -> bool:
         return self.send_owner() is not None and self.recv_owner() is not None and \
             (self.window is None or self.window.generation == self.generation)
@@ -326,21 +175,21 @@ class Binding:
         return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
                              arrivals, _results(step))
 
-    def _op(self, op: LocalOp) -> tuple:
+    def _op(self, op: LocalOp) -> Op:
         if isinstance(op, Copy):
-            return (_COPY, self.view(op.dst), self.view(op.src))
+            return CopyOp(self.view(op.dst), self.view(op.src))
         if len(op.srcs) == 1:                                # a reduction of one term
-            return (_COPY, self.view(op.dst), self.view(op.srcs[0]))
+            return CopyOp(self.view(op.dst), self.view(op.srcs[0]))
         srcs = sorted(op.srcs, key=lambda r: r != op.dst)   # the accumulator first
         views = tuple(self.view(r) for r in srcs)
         stride = _stride(op.srcs)
         if stride is not None and op.dst not in op.srcs and self.array_kind == "numpy":
             first = op.srcs[0]
             flat = self.views[first.buffer][first.offset:op.srcs[-1].stop]
-            return (_ROWS, self.view(op.dst), views, flat, stride)
-        return (_REDUCE, self.view(op.dst), views)
+            return RowsOp(self.view(op.dst), views, flat, stride)
+        return ReduceOp(self.view(op.dst), views)
 
-    def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> tuple:
+    def _pack_op(self, packed: Any, regions: tuple[Region, ...], gather: bool) -> MoveOp:
         """Gather ``regions`` into ``packed`` (or scatter back): one mover per run of regions
         in the same buffer (:func:`kernels.block_mover`)."""
         runs, at = [], 0
@@ -357,7 +206,7 @@ class Binding:
                 packed[start:start + count], self.views[name],
                 np.array([r.offset for r in blocks], np.int64),
                 np.array([r.count for r in blocks], np.int64), gather))
-        return (_MOVE, movers)
+        return MoveOp(tuple(movers))
 
     def free(self) -> None:
         for steps in self.steps_by_parity:
@@ -366,9 +215,6 @@ class Binding:
                     if request != MPI.REQUEST_NULL:
                         request.Free()
         self.steps_by_parity = [[]]
-
-
-_COPY, _REDUCE, _MOVE, _ROWS = range(4)
 
 
 def _stride(regions: tuple[Region, ...]) -> int | None:
@@ -383,7 +229,6 @@ def _stride(regions: tuple[Region, ...]) -> int | None:
                                    for a, b in zip(regions, regions[1:])):
         return None
     return stride
-_STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)
 
 
 def _results(step: Step) -> list[tuple[int, int]]:
@@ -399,29 +244,12 @@ def _alive() -> bool:
     return True
 
 
-def _run_ops(ops: list[tuple], reduce: kernels.Reduction) -> None:
-    for op in ops:
-        code = op[0]
-        if code == _COPY:
-            op[1][...] = op[2]
-        elif code == _ROWS and reduce.rows is not None:
-            reduce.rows(op[1], op[3], op[4], len(op[2]))
-        elif code in (_REDUCE, _ROWS):
-            dst, srcs = op[1], op[2]
-            reduce.pair(dst, srcs[0], srcs[1])
-            for src in srcs[2:]:
-                reduce.pair(dst, dst, src)
-        else:
-            for move, arguments in op[1]:
-                move(*arguments)
-
-
 class Operation:
     """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
     ``test`` advances as far as it can without blocking."""
 
     __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done",
-                 "computed", "steps")
+                 "computed", "steps", "pending")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
                  on_done: Callable[[], None]):
@@ -447,21 +275,18 @@ class Operation:
     def _post(self) -> None:
         """Post the current step (and run through steps that only compute)."""
         steps = self.steps
-        stall = settings.current.stall
         while self.position < len(steps):
             step = steps[self.position]
-            if stall is not None and _STALLS.random() < stall[0]:
-                time.sleep(stall[1])
             if step.sync:
                 window = self.binding.window
-                window.win.Sync()
+                window.segment.win.Sync()
                 step.requests = [window.node_comm.Ibarrier()]
             elif step.packs:
-                _run_ops(step.packs, self.reduce)
+                run_ops(step.packs, self.reduce)
             if step.requests and not step.sync:
                 MPI.Prequest.Startall(step.requests)
             if step.local:
-                _run_ops(step.local, self.reduce)
+                run_ops(step.local, self.reduce)
             if step.requests:
                 if self.limit is not None:
                     self.deadline = time.monotonic() + self.limit
@@ -478,7 +303,7 @@ class Operation:
         else:
             self._wait_step(step)
         if step.sync:
-            self.binding.window.win.Sync()
+            self.binding.window.segment.win.Sync()
         self.position += 1
         self._post()
 
@@ -517,7 +342,7 @@ class Operation:
                     self._wait_step(step)   # past the deadline: raises with the details
                 return False
             if step.sync:
-                self.binding.window.win.Sync()
+                self.binding.window.segment.win.Sync()
             self.position += 1
             self._post()
         return True
@@ -526,18 +351,31 @@ class Operation:
         for i in done:
             ops = step.arrivals.get(i)
             if ops:
-                _run_ops(ops, self.reduce)
+                run_ops(ops, self.reduce)
 
     def _wait_step(self, step: _CompiledStep) -> None:
+        """Complete the current step's transfers, running arrival operations as they land;
+        past the deadline cancel what is left, drop the binding and raise CollectiveTimeout."""
+        self.pending = len(step.requests)
+        if poll(self._step_done, self.deadline):
+            return
+        open_ = cancel_open(step.requests)
+        self._abandon()
         plan = self.binding.plan
-        try:
-            wait_requests(step.requests,
-                          lambda: f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
-                          (lambda i: self._arrived(step, (i,))) if step.arrivals else None,
-                          lambda open_: _describe_open(step, open_), self.deadline)
-        except CollectiveTimeout:
-            self._abandon()
-            raise
+        raise timeout(f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
+                      _describe_open(step, open_))
+
+    def _step_done(self) -> bool:
+        """Whether the current step's transfers are all complete (arrival operations run for
+        those that just completed)."""
+        step = self.steps[self.position]
+        done = _test_some(step.requests)
+        if done is None:                    # no active request left
+            return True
+        if done:
+            self._arrived(step, done)
+            self.pending -= len(done)
+        return self.pending <= 0
 
     def _abandon(self) -> None:
         """After a timeout the binding's requests are in an unknown state: drop it."""
@@ -567,3 +405,27 @@ def _describe_open(step: _CompiledStep, open_: list[int]) -> str:
     if sending:
         parts.append(f"sends to rank(s) {sending} not completed")
     return "; ".join(parts) or "requests open"
+
+
+_STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)
+_post_steps = Operation._post
+
+
+def _post_with_stalls(operation: Operation) -> None:
+    """``Operation._post`` after ``settings.stall``'s random pauses: one throw of the dice per
+    step that the post runs (the steps that only compute on the way, and the one it posts)."""
+    probability, seconds = settings.current.stall
+    for step in operation.steps[operation.position:]:
+        if _STALLS.random() < probability:
+            time.sleep(seconds)
+        if step.requests or step.sync:
+            break
+    _post_steps(operation)
+
+
+def _install_stalls(current: settings.Settings) -> None:
+    """The step loop with fault injection while ``stall`` is set, the plain one otherwise."""
+    Operation._post = _post_steps if current.stall is None else _post_with_stalls
+
+
+settings.on_change(_install_stalls)

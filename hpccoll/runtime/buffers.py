@@ -155,14 +155,6 @@ def device_reduction(op: str) -> kernels.Reduction:
     return kernels.Reduction(lambda dst, a, b: ufunc(a, b, out=dst))
 
 
-def physical_memory() -> int:
-    """Bytes of memory on this node (a window larger than that cannot be shared)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
-
-
 def to_host(buf: Any) -> np.ndarray:
     return buf.get() if is_cupy(buf) else buf
 

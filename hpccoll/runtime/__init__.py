@@ -1,0 +1,10 @@
+"""The runtime: what runs collectives on MPI, under the schedule executor and the shared objects.
+
+* :mod:`.executor`: Plan, Binding and Operation -- one rank's schedule program run on mpi4py;
+* :mod:`.ops`: a bound step's local work (CopyOp, ReduceOp, RowsOp, MoveOp);
+* :mod:`.progress`: CollectiveTimeout, deadlines and the one polling loop every wait uses;
+* :mod:`.agreement`: ranks deciding together (every rank's data; "did every rank succeed");
+* :mod:`.window`: node-shared memory (segments, alignment, the executor's NodeWindow);
+* :mod:`.buffers`: user arrays (NumPy/CuPy), MPI datatypes and ops, GPU-aware MPI;
+* :mod:`.kernels`: the Numba kernels for reductions and packing.
+"""
