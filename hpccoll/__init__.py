@@ -4,26 +4,49 @@ Drop-in replacements for mpi4py's buffer collectives with a choice of algorithm:
 
     import hpccoll
     hpccoll.allreduce(comm, sendbuf, recvbuf, algorithm="ring")   # or "auto", "native", ...
+
+Public names load on first use (PEP 562), so ``import hpccoll`` and the tools that need no
+MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI.
 """
 
-from .api import (allgather, allgather_init, allgather_stream, allreduce, allreduce_init,
-                  alltoall, alltoall_init, alltoallv, alltoallv_init, bcast, bcast_init,
-                  iallgather, iallreduce, ialltoall, ialltoallv, ibcast, ireduce,
-                  ireduce_scatter, reduce, reduce_init, reduce_scatter, reduce_scatter_init)
-from .context import set_topology, topology
-from .requests import PersistentRequest, Request
-from .runtime.progress import CollectiveTimeout
-from .settings import configure
-from .shared import SharedAllgather, SharedAllreduce
-from .topology import Topology
-from .verify import VerificationError
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import topology as _topology_module  # noqa: F401  (loaded now: see _EXPORTS)
 
 __version__ = "0.1.0"
 
-__all__ = ["allgather", "allgather_stream", "alltoall", "alltoallv", "reduce_scatter", "allreduce",
-           "iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
-           "allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
-           "allreduce_init", "bcast", "ibcast", "bcast_init", "reduce", "ireduce", "reduce_init",
-           "Request", "PersistentRequest", "CollectiveTimeout",
-           "VerificationError", "configure", "set_topology", "topology", "Topology",
-           "SharedAllgather", "SharedAllreduce"]
+_COLLECTIVES = ("allgather", "allgather_stream", "alltoall", "alltoallv", "reduce_scatter",
+                "allreduce", "bcast", "reduce")
+_NONBLOCKING = ("iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
+                "ibcast", "ireduce")
+_PERSISTENT = ("allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
+               "allreduce_init", "bcast_init", "reduce_init")
+
+# public name -> the module defining it.  The submodule ``hpccoll.topology`` is imported above
+# so that importing it later cannot rebind ``hpccoll.topology``, which is the function.
+_EXPORTS = {
+    **{name: "api" for name in _COLLECTIVES + _NONBLOCKING + _PERSISTENT},
+    "Request": "requests", "PersistentRequest": "requests",
+    "CollectiveTimeout": "runtime.progress", "VerificationError": "verify",
+    "configure": "settings", "set_topology": "context", "topology": "context",
+    "Topology": "topology", "SharedAllgather": "shared", "SharedAllreduce": "shared",
+}
+del globals()["topology"]
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hpccoll' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
