@@ -209,7 +209,7 @@ def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Regio
 
 
 def one_rank(source: Region, result: Region) -> Program:
-    """The program of a reduction on one rank: copy the input to the result (nothing when it
+    """The program of a collective on one rank: copy the input to the result (nothing when it
     is already there or empty)."""
     if source == result or not result.count:
         return Program(())
