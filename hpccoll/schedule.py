@@ -348,11 +348,10 @@ class StepBuilder:
 
 
 class ProgramBuilder:
-    """A program under construction: ``builder[s]`` is step s, a :class:`StepBuilder` (or a
-    finished :class:`Step` added with :meth:`add`)."""
+    """A program under construction: ``builder[s]`` is step s's :class:`StepBuilder`."""
 
     def __init__(self, steps: int = 0) -> None:
-        self.steps: list[StepBuilder | Step] = [StepBuilder() for _ in range(steps)]
+        self.steps = [StepBuilder() for _ in range(steps)]
 
     def __getitem__(self, s: int) -> StepBuilder:
         return self.steps[s]
@@ -369,20 +368,13 @@ class ProgramBuilder:
         """Step 0 (a new one if there is none)."""
         return self.steps[0] if self.steps else self.step()
 
-    def add(self, *steps: Step) -> None:
-        """Finished steps (``SYNC``, another program's) after the last."""
-        self.steps.extend(steps)
-
     def program(self, scratch: int = 0, window: int = 0) -> Program:
-        return Program(tuple(s if isinstance(s, Step) else s.build() for s in self.steps),
-                       scratch, window)
+        return Program(tuple(s.build() for s in self.steps), scratch, window)
 
 
-def copy_step(src: Region, dst: Region) -> Step:
-    """A step that only copies ``src`` to ``dst`` (and does nothing when ``dst`` is empty)."""
-    step = StepBuilder()
-    step.copy(src, dst)
-    return step.build()
+def local_step(*ops: LocalOp) -> Step:
+    """A step of local operations only (those on nothing left out)."""
+    return Step(local=_nonempty(ops))
 
 
 def sequence(*programs: Program) -> Program:
