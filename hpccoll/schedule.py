@@ -199,15 +199,6 @@ def uniform_call(collective: str, p: int, rank: int, count: int, **kw: Any) -> C
     return Call(collective, p, rank, (count,) * p, **kw)
 
 
-def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
-    """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
-    result's blocks."""
-    counts = even_split(call.counts[0], call.p)
-    displs = offsets(counts)
-    return (counts, [Region(call.input, o, c) for o, c in zip(displs, counts)],
-            [Region(RECV, o, c) for o, c in zip(displs, counts)])
-
-
 def one_rank(source: Region, result: Region) -> Program:
     """The program of a collective on one rank: copy the input to the result (nothing when it
     is already there or empty)."""
@@ -291,6 +282,20 @@ def allgather_blocks(call: Call) -> tuple[list[Region], Region]:
 def reduce_scatter_blocks(call: Call) -> tuple[list[Region], Region]:
     """A reduce-scatter's input blocks in the send buffer and this rank's result."""
     return blocks(SEND, call.counts), Region(RECV, 0, call.counts[call.rank])
+
+
+def allreduce_vectors(call: Call) -> tuple[Region, Region]:
+    """An allreduce's input and result vectors."""
+    n = call.counts[0]
+    return Region(call.input, 0, n), Region(RECV, 0, n)
+
+
+def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
+    """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
+    result's blocks."""
+    counts = even_split(call.counts[0], call.p)
+    source, result = allreduce_vectors(call)
+    return counts, split(source, counts), split(result, counts)
 
 
 def alltoall_blocks(call: Call) -> tuple[list[Region], list[Region]]:

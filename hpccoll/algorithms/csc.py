@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import registry
 from ..registry import Constraint, Cost, register
 from ..schedule import (RECV, SEND, SYNC, WINDOW, Call, Copy, Program, Reduce, Region, Step,
-                        allgather_blocks, blocks, even_split, local_step, offsets,
+                        allgather_blocks, allreduce_vectors, blocks, even_split, local_step, offsets,
                         reduce_scatter_blocks, relabel, relocate)
 
 
@@ -150,16 +150,17 @@ def plan_csc_allreduce(call: Call) -> Program:
     One node: 2 syncs, no messages; time 2s + 2n mu + n gamma (each rank reduces n/p over p
     slots).  u nodes: plus the ``inter`` allreduce of n among the leaders and a sync.
     """
-    n = call.counts[0]
+    source, result = allreduce_vectors(call)
+    n = result.count
     if not n:
         return Program(())
-    steps, partial = _node_reduce(call, n, Region(call.input, 0, n))
+    steps, partial = _node_reduce(call, n, source)
     inter = Program(())
     if len(_nodes(call)) > 1:
         inter = _leaders_phase(call, "allreduce", (n,), in_place=True,
                                send=partial.offset, recv=partial.offset)
         steps += [*inter.steps, SYNC]
-    steps.append(local_step(Copy(partial, Region(RECV, 0, n))))
+    steps.append(local_step(Copy(partial, result)))
     return Program(tuple(steps), scratch=inter.scratch, window=partial.stop)
 
 

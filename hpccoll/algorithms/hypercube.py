@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from ..registry import POWER_OF_TWO, Cost, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
-                        allgather_blocks, blocks, even_split, merge_adjacent, one_rank,
+                        allgather_blocks, allreduce_vectors, blocks, even_split, merge_adjacent, one_rank,
                         reduce_scatter_blocks, span, split)
 
 Channel = tuple[int, int, Sequence[int]]   # (send to, receive from, block indices carried)
@@ -162,6 +162,25 @@ def _doubling(fold: _Fold, steps: ProgramBuilder, start: int,
                                   group(theirs, theirs + mask))
 
 
+# a surviving rank's part of a folded allreduce: (call, fold, steps, input, result) -> scratch
+_Survivor = Callable[[Call, _Fold, ProgramBuilder, Region, Region], int]
+
+
+def _folded_allreduce(call: Call, phases: int, survivor: _Survivor) -> Program:
+    """An allreduce by a power-of-two algorithm of ``phases`` times log2 p' rounds, folded
+    (see above): a copy on one rank, nothing for an empty vector, the fold and the return
+    for a rank that sits out; for the others ``survivor`` fills in the fold, the rounds and
+    the return and gives the scratch they use."""
+    source, result = allreduce_vectors(call)
+    if not result.count or call.p == 1:
+        return one_rank(source, result)
+    fold = _Fold(call.p, call.rank)
+    steps = fold.builder(phases * fold.rounds)
+    if fold.sits_out:
+        return _sit_out(steps, call.rank - 1, source, result)
+    return steps.program(survivor(call, fold, steps, source, result))
+
+
 @register("allreduce", "recursive_doubling", family="hypercube", source=_SOURCE,
           cost=Cost(_ROUNDS, f"n * ({_D} + {_FOLDED})",
                     "⌊log2 p⌋(α + nβ + nγ); p ≠ 2^k: +2α + 2nβ + nγ"))
@@ -177,15 +196,13 @@ def plan_recursive_doubling_allreduce(call: Call) -> Program:
     (2n with IN_PLACE when log2 p' is odd and at least 3; IN_PLACE with p' = 2 ends with a
     local copy from scratch).
     """
-    p, rank, n = call.p, call.rank, call.counts[0]
-    fold = _Fold(p, rank)
-    source, result = Region(call.input, 0, n), Region(RECV, 0, n)
-    if n == 0 or p == 1:
-        return one_rank(source, result)
-    d = fold.rounds
-    steps = fold.builder(d)
-    if fold.sits_out:
-        return _sit_out(steps, rank - 1, source, result)
+    return _folded_allreduce(call, 1, _doubling_allreduce)
+
+
+def _doubling_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: Region,
+                        result: Region) -> int:
+    """A surviving rank's recursive-doubling allreduce (see :func:`_folded_allreduce`)."""
+    rank, n, d = call.rank, result.count, fold.rounds
     scratch = [Region(SCRATCH, 0, n), Region(SCRATCH, n, n)]
     # backwards from the result: round k reduces into held[k + 1], alternating buffers
     held = [result if (d - k) % 2 == 0 else scratch[0] for k in range(d + 1)]
@@ -209,7 +226,7 @@ def plan_recursive_doubling_allreduce(call: Call) -> Program:
     used = max((r.stop for r in held if r.buffer == SCRATCH), default=0)
     if fold.pairs and held[0] == source:
         used = max(used, scratch[1].stop)
-    return steps.program(used)
+    return used
 
 
 @register("allgather", "recursive_doubling", family="hypercube", source=_SOURCE,
@@ -342,15 +359,13 @@ def plan_rabenseifner_allreduce(call: Call) -> Program:
     the reduced halves accumulate in the receive buffer, arrivals land in scratch (n/2; n on
     folding ranks with IN_PLACE).
     """
-    p, rank, n = call.p, call.rank, call.counts[0]
-    fold = _Fold(p, rank)
-    source, result = Region(call.input, 0, n), Region(RECV, 0, n)
-    if n == 0 or p == 1:
-        return one_rank(source, result)
-    d = fold.rounds
-    steps = fold.builder(2 * d)
-    if fold.sits_out:
-        return _sit_out(steps, rank - 1, source, result)
+    return _folded_allreduce(call, 2, _rabenseifner_allreduce)
+
+
+def _rabenseifner_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: Region,
+                            result: Region) -> int:
+    """A surviving rank's part of Rabenseifner's allreduce (see :func:`_folded_allreduce`)."""
+    rank, n = call.rank, result.count
     counts = even_split(n, fold.size)
     scratch = _half(counts, fold)
     held = source
@@ -362,5 +377,5 @@ def plan_rabenseifner_allreduce(call: Call) -> Program:
         steps[-1].send(rank + 1, result)
     _halving(fold, counts, held, result, 0, None, steps)
     reduced = split(result, counts)
-    _doubling(fold, steps, fold.first + d, lambda lo, hi: span(reduced, lo, hi))
-    return steps.program(scratch)
+    _doubling(fold, steps, fold.first + fold.rounds, lambda lo, hi: span(reduced, lo, hi))
+    return scratch
