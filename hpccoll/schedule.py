@@ -28,6 +28,12 @@ keep (the verifier checks them):
   received is touched by ``local`` operations, and the ``on_arrival`` operations of different
   receives neither write what another reads or writes, except that several receives may
   accumulate (``Reduce`` whose ``dst`` is among its ``srcs``) into the same region.
+
+The planners' vocabulary follows the IR: the blocks of a buffer and of each collective's
+buffers (:func:`blocks`, :func:`split`, :func:`span`, :func:`allgather_blocks`, ...), builders
+that collect a step's transfers and operations (:class:`StepBuilder`, :class:`ProgramBuilder`)
+and whole-program transformations: :func:`sequence` and :func:`parallel` composition,
+:func:`relabel` (other ranks) and :func:`relocate` (other buffers).
 """
 
 from __future__ import annotations
@@ -264,8 +270,8 @@ def split(region: Region, counts: Sequence[int]) -> list[Region]:
 
 
 def span(consecutive: Sequence[Region], start: int, stop: int) -> Region:
-    """Blocks ``start`` to ``stop - 1`` of blocks laid end to end, as one region (empty, at
-    the end of the blocks, from ``len(consecutive)`` on)."""
+    """Blocks ``start`` to ``stop - 1`` of ``consecutive`` (blocks laid end to end) as one
+    region; an index past the last block stands for the end of the last."""
     def edge(i: int) -> int:
         return consecutive[i].offset if i < len(consecutive) else consecutive[-1].stop
     return Region(consecutive[0].buffer, edge(start), edge(stop) - edge(start))
@@ -341,12 +347,8 @@ class StepBuilder:
 
     def copy(self, src: Region, dst: Region) -> None:
         """``dst = src`` while the transfers are in flight (nothing if it is already there)."""
-        if src != dst:
-            self.local.extend(_nonempty((Copy(src, dst),)))
-
-    def reduce(self, dst: Region, *srcs: Region) -> None:
-        """``dst = srcs[0] op srcs[1] op ...`` while the transfers are in flight."""
-        self.local.extend(_nonempty((Reduce(dst, srcs),)))
+        if src != dst and dst.count:
+            self.local.append(Copy(src, dst))
 
     def build(self) -> Step:
         return Step(tuple(self.sends), tuple(self.recvs), tuple(self.local))
@@ -361,9 +363,6 @@ class ProgramBuilder:
     def __getitem__(self, s: int) -> StepBuilder:
         return self.steps[s]
 
-    def __len__(self) -> int:
-        return len(self.steps)
-
     def step(self) -> StepBuilder:
         """A new last step."""
         self.steps.append(StepBuilder())
@@ -374,6 +373,7 @@ class ProgramBuilder:
         return self.steps[0] if self.steps else self.step()
 
     def program(self, scratch: int = 0, window: int = 0) -> Program:
+        """The finished program, with ``scratch`` and ``window`` elements."""
         return Program(tuple(s.build() for s in self.steps), scratch, window)
 
 

@@ -14,8 +14,8 @@ import operator
 from typing import Any
 
 from ..registry import Constraint, Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Region,
-                        blocks, pairs_by_distance, span)
+from ..schedule import (RECV, SCRATCH, SEND, Call, Program, Region, StepBuilder, blocks,
+                        pairs_by_distance, span)
 
 
 def _valid_rows(p: int, rows: Any) -> bool:
@@ -64,7 +64,6 @@ def plan_mesh_alltoall(call: Call) -> Program:
     row, col = divmod(rank, c)
     if n == 0:
         return Program(())
-
     mine = blocks(SEND, (n,) * p)               # mine[i * c + j]: my block for rank (i, j)
     result = blocks(RECV, (n,) * p)             # result[i * c + j]: the block from (i, j)
     waiting = blocks(SCRATCH, (n,) * ((r - 1) * c))
@@ -78,8 +77,7 @@ def plan_mesh_alltoall(call: Call) -> Program:
     def outgoing(i: int) -> Region:             # phase 2 message to (i, col): c parked blocks
         return mine[i * c + col] if c == 1 else span(waiting, park(i), park(i) + c)
 
-    steps = ProgramBuilder(2 if r > 1 else 1)   # one row: phase 2 has no peers, no step
-    phase1, phase2 = steps[0], steps[-1]
+    phase1, phase2 = StepBuilder(), StepBuilder()
     phase1.copy(mine[rank], result[rank])
     # my own blocks bound for my column are parked next to the ones that arrive in phase 1
     # (one block each), so every phase 2 message is contiguous; with one column there is
@@ -94,4 +92,6 @@ def plan_mesh_alltoall(call: Call) -> Program:
     for to, frm in pairs_by_distance(r, row):
         phase2.send(to * c + col, outgoing(to))
         phase2.recv(frm * c + col, span(result, frm * c, (frm + 1) * c))
-    return steps.program(scratch=0 if c == 1 else (r - 1) * c * n)
+    phases = (phase1, phase2) if r > 1 else (phase1,)
+    return Program(tuple(phase.build() for phase in phases),
+                   scratch=0 if c == 1 else (r - 1) * c * n)
