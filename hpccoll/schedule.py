@@ -28,12 +28,18 @@ keep (the verifier checks them):
   received is touched by ``local`` operations, and the ``on_arrival`` operations of different
   receives neither write what another reads or writes, except that several receives may
   accumulate (``Reduce`` whose ``dst`` is among its ``srcs``) into the same region.
+
+The planners' vocabulary follows the IR: the blocks of a buffer and of each collective's
+buffers (:func:`blocks`, :func:`split`, :func:`span`, :func:`allgather_blocks`, ...), builders
+that collect a step's transfers and operations (:class:`StepBuilder`, :class:`ProgramBuilder`)
+and whole-program transformations: :func:`sequence` and :func:`parallel` composition,
+:func:`relabel` (other ranks) and :func:`relocate` (other buffers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 SEND, RECV, SCRATCH, WINDOW = "send", "recv", "scratch", "window"
 
@@ -185,17 +191,10 @@ def even_split(n: int, parts: int) -> tuple[int, ...]:
     return tuple(base + (i < extra) for i in range(parts))
 
 
-def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
-    """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
-    result's blocks."""
-    counts = even_split(call.counts[0], call.p)
-    displs = offsets(counts)
-    return (counts, [Region(call.input, o, c) for o, c in zip(displs, counts)],
-            [Region(RECV, o, c) for o, c in zip(displs, counts)])
 
 
 def one_rank(source: Region, result: Region) -> Program:
-    """The program of a reduction on one rank: copy the input to the result (nothing when it
+    """The program of a collective on one rank: copy the input to the result (nothing when it
     is already there or empty)."""
     if source == result or not result.count:
         return Program(())
@@ -226,3 +225,204 @@ def merge_adjacent(regions: Iterable[Region]) -> tuple[Region, ...]:
         else:
             out.append(r)
     return tuple(out)
+
+
+# ------------------------------------------------------------------- the planners' vocabulary
+
+def blocks(buffer: str, counts: Sequence[int], displs: Sequence[int] | None = None
+           ) -> list[Region]:
+    """Blocks of ``counts`` elements of ``buffer`` at ``displs`` (default: end to end from 0)."""
+    if displs is None:
+        displs = offsets(counts)
+    return [Region(buffer, d, c) for d, c in zip(displs, counts)]
+
+
+def split(region: Region, counts: Sequence[int]) -> list[Region]:
+    """``region`` cut into consecutive blocks of ``counts`` elements."""
+    return [region.sub(o, c) for o, c in zip(offsets(counts), counts)]
+
+
+def span(consecutive: Sequence[Region], start: int, stop: int) -> Region:
+    """Blocks ``start`` to ``stop - 1`` of ``consecutive`` (blocks laid end to end) as one
+    region; an index past the last block stands for the end of the last."""
+    def edge(i: int) -> int:
+        return consecutive[i].offset if i < len(consecutive) else consecutive[-1].stop
+    return Region(consecutive[0].buffer, edge(start), edge(stop) - edge(start))
+
+
+def allgather_blocks(call: Call) -> tuple[list[Region], Region]:
+    """An allgather's result blocks in the receive buffer and this rank's input block (its
+    own result block when in place)."""
+    result = blocks(RECV, call.counts)
+    own = result[call.rank]
+    return result, own if call.in_place else Region(SEND, 0, own.count)
+
+
+def reduce_scatter_blocks(call: Call) -> tuple[list[Region], Region]:
+    """A reduce-scatter's input blocks in the send buffer and this rank's result."""
+    return blocks(SEND, call.counts), Region(RECV, 0, call.counts[call.rank])
+
+
+def allreduce_vectors(call: Call) -> tuple[Region, Region]:
+    """An allreduce's input and result vectors."""
+    n = call.counts[0]
+    return Region(call.input, 0, n), Region(RECV, 0, n)
+
+
+def vector_blocks(call: Call) -> tuple[tuple[int, ...], list[Region], list[Region]]:
+    """An allreduce's vector cut into p even blocks: their counts, the input's blocks and the
+    result's blocks."""
+    counts = even_split(call.counts[0], call.p)
+    source, result = allreduce_vectors(call)
+    return counts, split(source, counts), split(result, counts)
+
+
+def alltoall_blocks(call: Call) -> tuple[list[Region], list[Region]]:
+    """An all-to-all(v)'s blocks for every peer in the send buffer and from every peer in the
+    receive buffer."""
+    return (blocks(SEND, call.counts, call.sdispls),
+            blocks(RECV, call.recvcounts, call.rdispls))
+
+
+def pairs_by_distance(p: int, rank: int) -> list[tuple[int, int]]:
+    """(send-to, receive-from) pairs (rank + i, rank - i) mod p for i = 1..p-1, the order in
+    which direct exchanges are posted so that not every rank sends to the same peer first."""
+    return [((rank + i) % p, (rank - i) % p) for i in range(1, p)]
+
+
+def _nonempty(ops: Iterable[LocalOp]) -> tuple[LocalOp, ...]:
+    return tuple(op for op in ops if op.dst.count)
+
+
+class StepBuilder:
+    """A step under construction: transfers and local operations added in posting order,
+    empty messages and operations on nothing left out; :meth:`build` gives the :class:`Step`."""
+
+    def __init__(self) -> None:
+        self.sends: list[Send] = []
+        self.recvs: list[Recv] = []
+        self.local: list[LocalOp] = []
+
+    def send(self, peer: int, *regions: Region) -> None:
+        """One message of ``regions`` (concatenated) to ``peer``."""
+        if any(r.count for r in regions):
+            self.sends.append(Send(peer, regions))
+
+    def recv(self, peer: int, *regions: Region, on_arrival: Iterable[LocalOp] = ()) -> None:
+        """One message from ``peer`` into ``regions``; ``on_arrival`` runs when it has landed."""
+        if any(r.count for r in regions):
+            self.recvs.append(Recv(peer, regions, _nonempty(on_arrival)))
+
+    def exchange(self, peer: int, out: Region, into: Region, *on_arrival: LocalOp) -> None:
+        """Send ``out`` to ``peer`` and receive ``into`` from it."""
+        self.send(peer, out)
+        self.recv(peer, into, on_arrival=on_arrival)
+
+    def copy(self, src: Region, dst: Region) -> None:
+        """``dst = src`` while the transfers are in flight (nothing if it is already there)."""
+        if src != dst and dst.count:
+            self.local.append(Copy(src, dst))
+
+    def build(self) -> Step:
+        return Step(tuple(self.sends), tuple(self.recvs), tuple(self.local))
+
+
+class ProgramBuilder:
+    """A program under construction: ``builder[s]`` is step s's :class:`StepBuilder`."""
+
+    def __init__(self, steps: int = 0) -> None:
+        self.steps = [StepBuilder() for _ in range(steps)]
+
+    def __getitem__(self, s: int) -> StepBuilder:
+        return self.steps[s]
+
+    def step(self) -> StepBuilder:
+        """A new last step."""
+        self.steps.append(StepBuilder())
+        return self.steps[-1]
+
+    def first(self) -> StepBuilder:
+        """Step 0 (a new one if there is none)."""
+        return self.steps[0] if self.steps else self.step()
+
+    def program(self, scratch: int = 0, window: int = 0) -> Program:
+        """The finished program, with ``scratch`` and ``window`` elements."""
+        return Program(tuple(s.build() for s in self.steps), scratch, window)
+
+
+def local_step(*ops: LocalOp) -> Step:
+    """A step of local operations only (those on nothing left out)."""
+    return Step(local=_nonempty(ops))
+
+
+def sequence(*programs: Program) -> Program:
+    """The programs one after the other.  Scratch and window: the largest part's (the parts
+    run at different times, so they may reuse them)."""
+    return Program(tuple(step for program in programs for step in program.steps),
+                   max((p.scratch for p in programs), default=0),
+                   max((p.window for p in programs), default=0))
+
+
+def parallel(*programs: Program) -> Program:
+    """The programs run together: step s holds step s of each, their transfers and operations
+    in argument order.  Scratch and window: the largest part's (parts that run together
+    place their data apart themselves)."""
+    steps = []
+    for s in range(max((len(p.steps) for p in programs), default=0)):
+        parts = [p.steps[s] for p in programs if s < len(p.steps)]
+        steps.append(Step(tuple(x for part in parts for x in part.sends),
+                          tuple(x for part in parts for x in part.recvs),
+                          tuple(x for part in parts for x in part.local),
+                          any(part.sync for part in parts)))
+    return Program(tuple(steps), max((p.scratch for p in programs), default=0),
+                   max((p.window for p in programs), default=0))
+
+
+def _map(program: Program, region: Callable[[Region], Region],
+         peer: Callable[[int], int]) -> Program:
+    """``program`` with every region and every peer mapped."""
+    def op(o: LocalOp) -> LocalOp:
+        if isinstance(o, Copy):
+            return Copy(region(o.src), region(o.dst))
+        return Reduce(region(o.dst), tuple(map(region, o.srcs)))
+
+    def step(s: Step) -> Step:
+        return Step(tuple(Send(peer(x.peer), tuple(map(region, x.regions))) for x in s.sends),
+                    tuple(Recv(peer(x.peer), tuple(map(region, x.regions)),
+                               tuple(map(op, x.on_arrival))) for x in s.recvs),
+                    tuple(map(op, s.local)), s.sync)
+    return Program(tuple(map(step, program.steps)), program.scratch, program.window)
+
+
+def relabel(program: Program, ranks: Sequence[int]) -> Program:
+    """``program`` planned for ranks 0, 1, ... run by ranks ``ranks[0], ranks[1], ...``."""
+    return _map(program, lambda r: r, ranks.__getitem__)
+
+
+def relocate(program: Program, moves: Mapping[str, tuple[str, int]]) -> Program:
+    """``program`` with buffer ``b`` moved to ``moves[b] = (buffer, offset)``: element i of
+    ``b`` becomes element ``offset + i`` of ``buffer`` (buffers not in ``moves`` stay)."""
+    def move(r: Region) -> Region:
+        if r.buffer not in moves:
+            return r
+        buffer, at = moves[r.buffer]
+        return Region(buffer, at + r.offset, r.count)
+    return _map(program, move, lambda peer: peer)
+
+
+def allgather_from_input(call: Call, program: Program) -> Program:
+    """An allgather ``program`` planned in place, for ``call``: unless the call is in place,
+    step 0 sends the own block's parts straight from the send buffer while the block is
+    copied into place (in a step of its own when there is none)."""
+    if call.in_place:
+        return program
+    result, source = allgather_blocks(call)
+    own = result[call.rank]
+
+    def from_source(r: Region) -> Region:
+        inside = r.buffer == own.buffer and own.offset <= r.offset and r.stop <= own.stop
+        return source.sub(r.offset - own.offset, r.count) if inside else r
+    first = program.steps[0] if program.steps else Step()
+    first = Step(tuple(Send(s.peer, tuple(map(from_source, s.regions))) for s in first.sends),
+                 first.recvs, first.local + _nonempty((Copy(source, own),)))
+    return Program((first, *program.steps[1:]), program.scratch, program.window)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import registry
 from .collectives import spec
-from .schedule import RECV, SCRATCH, SEND, WINDOW, Call, Copy, Program, Reduce, Region
+from .schedule import RECV, SCRATCH, SEND, WINDOW, Call, Copy, Program, Reduce, Region, Step
 
 
 class VerificationError(AssertionError):
@@ -33,6 +33,9 @@ class Report:
     messages: int = 0
     max_sent: int = 0
     sent: list[int] = field(default_factory=list)
+
+
+_Outbox = dict[tuple[int, int], list[list[int]]]   # (sender, receiver) -> payloads in order
 
 
 class _Window:
@@ -69,7 +72,9 @@ class _Window:
 
 
 class _Rank:
-    """One rank's buffers, what of them is written, and the per-step hazard marks.
+    """One rank in a simulation: its buffers, what of them is written, the per-step hazard
+    marks, and the three parts of running a step (:meth:`post`, :meth:`run_local`,
+    :meth:`receive`).
 
     Buffers are Python lists (the verifier moves a few elements per message, where lists are
     several times faster than NumPy slices).  Marks are stamps (``step * _SPAN + index``), so
@@ -78,7 +83,7 @@ class _Rank:
 
     def __init__(self, rank: int, call: Call, program: Program, data: list[int],
                  window: _Window):
-        self.rank = rank
+        self.rank, self.p = rank, call.p
         self.window = window
         send_n, recv_n = spec(call.collective).sizes(call)
         sizes = {SEND: send_n, RECV: recv_n, SCRATCH: program.scratch,
@@ -164,6 +169,113 @@ class _Rank:
             raise VerificationError(f"{self.where(step)}: {what} touches {region} while a "
                                     "receive into it is in flight")
 
+    def post(self, step: Step, s: int, outbox: _Outbox, report: Report) -> None:
+        """Mark what the step's receives will write and queue its sends' payloads."""
+        for i, recv in enumerate(step.recvs):
+            for region in recv.regions:
+                self.not_receiving(region, s, f"receive {i} from {recv.peer}")
+                self.mark(self.receiving, region, s * _SPAN + i)
+        for send in step.sends:
+            what = f"send to {send.peer}"
+            if not 0 <= send.peer < self.p or send.peer == self.rank:
+                raise VerificationError(f"{self.where(s)}: {what}: invalid peer")
+            for region in send.regions:
+                self.not_receiving(region, s, what)
+                self.mark(self.sending, region, s * _SPAN)
+            payload = [x for r in send.regions for x in self.read(r, s, what)] \
+                if len(send.regions) > 1 else self.read(send.regions[0], s, what)
+            outbox.setdefault((self.rank, send.peer), []).append(payload)
+            report.messages += 1
+            report.sent[self.rank] += len(payload)
+
+    def run_local(self, step: Step, s: int) -> None:
+        """The step's local operations, while its transfers are in flight."""
+        for op in step.local:
+            reads, dst = _op_regions(op)
+            if step.recvs:
+                for r in (*reads, dst):
+                    self.not_receiving(r, s, "local op")
+            if step.sends:
+                self.not_sending(dst, s, "local op")
+            self.apply(op, s, "local op")
+
+    def receive(self, step: Step, s: int, outbox: _Outbox) -> None:
+        """Match the step's receives with the queued sends, then land them in reverse posting
+        order (to expose order dependence), each followed by its arrival operations."""
+        matched = []
+        for i, recv in enumerate(step.recvs):
+            queue = outbox.get((recv.peer, self.rank))
+            if not 0 <= recv.peer < self.p or not queue:
+                raise VerificationError(f"{self.where(s)}: receive {i} from {recv.peer} has "
+                                        "no matching send in this step")
+            payload = queue.pop(0)
+            if len(payload) != recv.count:
+                raise VerificationError(f"{self.where(s)}: receive {i} from {recv.peer} "
+                                        f"expects {recv.count} elements, the send has "
+                                        f"{len(payload)}")
+            matched.append((i, recv, payload))
+        concurrent = sum(bool(recv.on_arrival) for recv in step.recvs) > 1
+        for i, recv, payload in reversed(matched):
+            at = 0
+            for region in recv.regions:
+                self.write(region, payload[at:at + region.count], s, f"receive {i}")
+                at += region.count
+            for op in recv.on_arrival:
+                self.arrive(op, step, s, i, f"arrival op of receive {i} from {recv.peer}",
+                            concurrent)
+
+    def arrive(self, op: Copy | Reduce, step: Step, s: int, index: int, what: str,
+               concurrent: bool) -> None:
+        """An arrival operation of receive ``index``, checked against the step's other
+        transfers (and, with ``concurrent`` ones, against the other arrivals)."""
+        reads, dst = _op_regions(op)
+        if len(step.recvs) > 1:
+            for r in (*reads, dst):
+                self.not_receiving(r, s, what, allowed=index)
+        if step.sends:
+            self.not_sending(dst, s, what)
+        if concurrent:
+            self.check_arrival_op(op, index, s, what)
+        self.apply(op, s, what)
+
+    def apply(self, op: Copy | Reduce, step: int, what: str) -> None:
+        if isinstance(op, Copy):
+            self.write(op.dst, self.read(op.src, step, what), step, what)
+            return
+        values = [self.read(src, step, what) for src in op.srcs]
+        self.write(op.dst, [sum(t) for t in zip(*values)], step, what)
+
+    def check_arrival_op(self, op: Copy | Reduce, index: int, step: int, what: str) -> None:
+        """Arrival ops of different receives must commute: no one reads what another writes,
+        and two write the same element only when both accumulate into it."""
+        reads, dst = _op_regions(op)
+        accumulate = isinstance(op, Reduce) and op.accumulates
+        now, mine = step * _SPAN, step * _SPAN + index
+        for r in reads:
+            if accumulate and r == dst:
+                continue
+            writer = self.arrival_writer[r.buffer]
+            readers, shared = self.arrival_reader[r.buffer], self.shared_read[r.buffer]
+            for e in range(r.offset, r.stop):
+                if writer[e] >= now and writer[e] != mine:
+                    raise VerificationError(f"{self.where(step)}: {what} reads {r}, which "
+                                            "another receive's arrival writes (result depends "
+                                            "on arrival order)")
+                if readers[e] >= now and readers[e] != mine:
+                    shared[e] = now
+                readers[e] = mine
+        writer, acc = self.arrival_writer[dst.buffer], self.accumulating[dst.buffer]
+        readers, shared = self.arrival_reader[dst.buffer], self.shared_read[dst.buffer]
+        for e in range(dst.offset, dst.stop):
+            other_writer = writer[e] >= now and writer[e] != mine
+            if (other_writer and not (acc[e] and accumulate)) or shared[e] >= now or \
+                    (readers[e] >= now and readers[e] != mine):
+                raise VerificationError(f"{self.where(step)}: {what} writes {dst}, which "
+                                        "another receive's arrival also uses (result depends "
+                                        "on arrival order)")
+            acc[e] = (acc[e] and accumulate) if writer[e] >= now else accumulate
+            writer[e] = mine
+
 
 _SPAN = 1 << 32
 
@@ -183,136 +295,53 @@ def _synchronize(windows: dict[int, _Window], node: tuple[int, ...], steps: list
             windows[n].epoch += 1
 
 
-def _apply(state: _Rank, op: Copy | Reduce, step: int, what: str) -> None:
-    if isinstance(op, Copy):
-        state.write(op.dst, state.read(op.src, step, what), step, what)
-        return
-    values = [state.read(s, step, what) for s in op.srcs]
-    state.write(op.dst, [sum(t) for t in zip(*values)], step, what)
-
-
 def _op_regions(op: Copy | Reduce) -> tuple[tuple[Region, ...], Region]:
     return ((op.src,), op.dst) if isinstance(op, Copy) else (op.srcs, op.dst)
 
 
-def _check_arrival_op(state: _Rank, op: Copy | Reduce, index: int, step: int, what: str) -> None:
-    """Arrival ops of different receives must commute: no one reads what another writes,
-    and two write the same element only when both accumulate into it."""
-    reads, dst = _op_regions(op)
-    accumulate = isinstance(op, Reduce) and op.accumulates
-    now, mine = step * _SPAN, step * _SPAN + index
-    for r in reads:
-        if accumulate and r == dst:
-            continue
-        writer = state.arrival_writer[r.buffer]
-        readers, shared = state.arrival_reader[r.buffer], state.shared_read[r.buffer]
-        for e in range(r.offset, r.stop):
-            if writer[e] >= now and writer[e] != mine:
-                raise VerificationError(f"{state.where(step)}: {what} reads {r}, which another "
-                                        "receive's arrival writes (result depends on arrival "
-                                        "order)")
-            if readers[e] >= now and readers[e] != mine:
-                shared[e] = now
-            readers[e] = mine
-    writer, acc = state.arrival_writer[dst.buffer], state.accumulating[dst.buffer]
-    readers, shared = state.arrival_reader[dst.buffer], state.shared_read[dst.buffer]
-    for e in range(dst.offset, dst.stop):
-        other_writer = writer[e] >= now and writer[e] != mine
-        if (other_writer and not (acc[e] and accumulate)) or shared[e] >= now or \
-                (readers[e] >= now and readers[e] != mine):
-            raise VerificationError(f"{state.where(step)}: {what} writes {dst}, which another "
-                                    "receive's arrival also uses (result depends on arrival "
-                                    "order)")
-        acc[e] = (acc[e] and accumulate) if writer[e] >= now else accumulate
-        writer[e] = mine
+def _node_windows(node: tuple[int, ...], programs: list[Program]) -> dict[int, _Window]:
+    """Every node's shared window, of the size all its ranks' programs ask for."""
+    sizes: dict[int, int] = {}
+    for r, program in enumerate(programs):
+        size = sizes.setdefault(node[r], program.window)
+        if size != program.window:
+            raise VerificationError(f"rank {r}: window of {program.window} elements, "
+                                    f"another rank of its node has {size}")
+    return {n: _Window(size) for n, size in sizes.items()}
+
+
+def _check_delivered(outbox: _Outbox, s: int) -> None:
+    for (src, dst), left in outbox.items():
+        if left:
+            raise VerificationError(f"rank {src}, step {s}: {len(left)} send(s) to {dst} "
+                                    "are never received in this step")
 
 
 def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray]
              ) -> tuple[list[np.ndarray], list[np.ndarray], Report]:
-    """Run every rank's program; return (recv buffers, their written masks, report)."""
+    """Run every rank's program; return (recv buffers, their written masks, report).
+
+    Each step: the node syncs, every rank posts its receives and sends, runs its local
+    operations, then lands its receives; every send must have been received by then."""
     p = len(programs)
     node = calls[0].topology.regions[0] if p and calls[0].topology is not None else (0,) * p
-    windows = {}
-    for r in range(p):
-        size = windows.setdefault(node[r], programs[r].window)
-        if size != programs[r].window:
-            raise VerificationError(f"rank {r}: window of {programs[r].window} elements, "
-                                    f"another rank of its node has {size}")
-    windows = {n: _Window(size) for n, size in windows.items()}
+    windows = _node_windows(node, programs)
     ranks = [_Rank(r, calls[r], programs[r], inputs[r].tolist(), windows[node[r]])
              for r in range(p)]
     report = Report(sent=[0] * p)
     for s in range(max((len(prog.steps) for prog in programs), default=0)):
         steps = [prog.steps[s] if s < len(prog.steps) else None for prog in programs]
         _synchronize(windows, node, steps, s)
-        outbox: dict[tuple[int, int], list[list[int]]] = {}
-        active = False
-        for st, step in zip(ranks, steps):
-            if step is None:
-                continue
-            for i, recv in enumerate(step.recvs):
-                for region in recv.regions:
-                    st.not_receiving(region, s, f"receive {i} from {recv.peer}")
-                    st.mark(st.receiving, region, s * _SPAN + i)
-            for send in step.sends:
-                what = f"send to {send.peer}"
-                if not 0 <= send.peer < p or send.peer == st.rank:
-                    raise VerificationError(f"{st.where(s)}: {what}: invalid peer")
-                for region in send.regions:
-                    st.not_receiving(region, s, what)
-                    st.mark(st.sending, region, s * _SPAN)
-                payload = [x for r in send.regions for x in st.read(r, s, what)] \
-                    if len(send.regions) > 1 else st.read(send.regions[0], s, what)
-                outbox.setdefault((st.rank, send.peer), []).append(payload)
-                report.messages += 1
-                report.sent[st.rank] += len(payload)
-                active = True
-        for st, step in zip(ranks, steps):
-            for op in step.local if step else ():
-                reads, dst = _op_regions(op)
-                if step.recvs:
-                    for r in (*reads, dst):
-                        st.not_receiving(r, s, "local op")
-                if step.sends:
-                    st.not_sending(dst, s, "local op")
-                _apply(st, op, s, "local op")
-        for st, step in zip(ranks, steps):
-            if step is None:
-                continue
-            matched = []
-            for i, recv in enumerate(step.recvs):
-                queue = outbox.get((recv.peer, st.rank))
-                if not 0 <= recv.peer < p or not queue:
-                    raise VerificationError(f"{st.where(s)}: receive {i} from {recv.peer} has "
-                                            "no matching send in this step")
-                payload = queue.pop(0)
-                if len(payload) != recv.count:
-                    raise VerificationError(f"{st.where(s)}: receive {i} from {recv.peer} "
-                                            f"expects {recv.count} elements, the send has "
-                                            f"{len(payload)}")
-                matched.append((i, recv, payload))
-            concurrent = sum(bool(recv.on_arrival) for recv in step.recvs) > 1
-            for i, recv, payload in reversed(matched):
-                at = 0
-                for region in recv.regions:
-                    st.write(region, payload[at:at + region.count], s, f"receive {i}")
-                    at += region.count
-                for op in recv.on_arrival:
-                    what = f"arrival op of receive {i} from {recv.peer}"
-                    reads, dst = _op_regions(op)
-                    if len(step.recvs) > 1:
-                        for r in (*reads, dst):
-                            st.not_receiving(r, s, what, allowed=i)
-                    if step.sends:
-                        st.not_sending(dst, s, what)
-                    if concurrent:
-                        _check_arrival_op(st, op, i, s, what)
-                    _apply(st, op, s, what)
-        for (src, dst), left in outbox.items():
-            if left:
-                raise VerificationError(f"rank {src}, step {s}: {len(left)} send(s) to {dst} "
-                                        "are never received in this step")
-        report.rounds += active
+        busy = [(rank, step) for rank, step in zip(ranks, steps) if step is not None]
+        outbox: _Outbox = {}
+        for rank, step in busy:
+            rank.post(step, s, outbox, report)
+        for rank, step in busy:
+            rank.run_local(step, s)
+        for rank, step in busy:
+            rank.receive(step, s, outbox)
+        _check_delivered(outbox, s)
+        report.rounds += any(step.sends for _, step in busy)
     report.max_sent = max(report.sent, default=0)
     return ([np.array(st.data[RECV], np.int64) for st in ranks],
             [np.frombuffer(bytes(st.written[RECV]), bool) for st in ranks], report)

@@ -18,7 +18,7 @@ import operator
 from typing import Any
 
 from ..registry import Constraint, Cost, register
-from ..schedule import RECV, SEND, Call, Program, Region
+from ..schedule import RECV, SEND, Call, Program, blocks
 from .hypercube import Channel, relay_program
 
 
@@ -70,8 +70,9 @@ def plan_bruck_alltoall(call: Call) -> Program:
     if not _valid_radix(radix):
         raise ValueError(f"bruck radix must be an integer >= 2, got {radix!r}")
     radix = operator.index(radix)
-    source = [Region(SEND, ((rank + i) % p) * n, n) for i in range(p)]
-    final = [Region(RECV, ((rank - i) % p) * n, n) for i in range(p)]
+    mine, result = blocks(SEND, (n,) * p), blocks(RECV, (n,) * p)
+    source = [mine[(rank + i) % p] for i in range(p)]
+    final = [result[(rank - i) % p] for i in range(p)]
     rounds: list[list[Channel]] = [
         [((rank + hop) % p, (rank - hop) % p, indices) for hop, indices in messages]
         for messages in bruck_rounds(p, radix)]

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from .. import registry
 from ..registry import Constraint, Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, SYNC, WINDOW, Call, Copy, Program, Reduce, Recv,
-                        Region, Send, Step, even_split, offsets)
+from ..schedule import (RECV, SEND, SYNC, WINDOW, Call, Copy, Program, Reduce, Region, Step,
+                        allgather_blocks, allreduce_vectors, blocks, even_split, local_step, offsets,
+                        reduce_scatter_blocks, relabel, relocate)
 
 
 def _nodes(call: Call) -> list[tuple[int, ...]]:
@@ -25,6 +26,16 @@ def _nodes(call: Call) -> list[tuple[int, ...]]:
     if call.topology is None:
         return [tuple(range(call.p))]
     return list(call.topology.nodes)
+
+
+def _own_node(call: Call) -> tuple[int, tuple[int, ...]]:
+    """This rank's node: its index and its ranks."""
+    return next((k, members) for k, members in enumerate(_nodes(call)) if call.rank in members)
+
+
+def _node_counts(call: Call) -> tuple[int, ...]:
+    """The elements of every node's blocks together."""
+    return tuple(sum(call.counts[r] for r in members) for members in _nodes(call))
 
 
 def _inter_is_valid(call: Call) -> bool:
@@ -41,39 +52,18 @@ ONE_NODE = Constraint("one node", lambda c: len(_nodes(c)) == 1)
 
 
 def _leaders_phase(call: Call, collective: str, counts: tuple[int, ...], *, in_place: bool,
-                   send: int, recv: int) -> tuple[list[Step], int]:
+                   send: int, recv: int) -> Program:
     """The inter-node phase for this rank: the ``inter`` algorithm's program among the node
-    leaders (node index as rank, ``counts`` per node), its send and receive buffers mapped to
-    window offsets ``send``/``recv``; empty steps for the other ranks.  Returns the steps and
-    the scratch they need."""
-    nodes = _nodes(call)
-    leaders = [members[0] for members in nodes]
-    node = next(k for k, members in enumerate(nodes) if call.rank in members)
+    leaders (node index as rank, ``counts`` per node), its send and receive buffers moved to
+    window offsets ``send``/``recv``; as many empty steps for the other ranks."""
+    leaders = [members[0] for members in _nodes(call)]
+    node, _ = _own_node(call)
     planner = registry.get(collective, call.option("inter", "ring")).planner
-    sub = planner(Call(collective, len(nodes), node, counts, in_place=in_place,
+    sub = planner(Call(collective, len(leaders), node, counts, in_place=in_place,
                        itemsize=call.itemsize, options=call.options))
     if call.rank != leaders[node]:
-        return [Step() for _ in sub.steps], 0
-    base = {SEND: (WINDOW, send), RECV: (WINDOW, recv), SCRATCH: (SCRATCH, 0)}
-
-    def move(region: Region) -> Region:
-        buffer, at = base[region.buffer]
-        return Region(buffer, at + region.offset, region.count)
-
-    def move_op(op):
-        if isinstance(op, Copy):
-            return Copy(move(op.src), move(op.dst))
-        return Reduce(move(op.dst), tuple(move(r) for r in op.srcs))
-    steps = [Step(tuple(Send(leaders[s.peer], tuple(map(move, s.regions))) for s in step.sends),
-                  tuple(Recv(leaders[r.peer], tuple(map(move, r.regions)),
-                             tuple(map(move_op, r.on_arrival))) for r in step.recvs),
-                  tuple(map(move_op, step.local)))
-             for step in sub.steps]
-    return steps, sub.scratch
-
-
-def _copy(src: Region, dst: Region) -> Step:
-    return Step(local=(Copy(src, dst),) if dst.count else ())
+        return Program((Step(),) * len(sub.steps))
+    return relabel(relocate(sub, {SEND: (WINDOW, send), RECV: (WINDOW, recv)}), leaders)
 
 
 @register("allgather", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
@@ -86,38 +76,33 @@ def plan_csc_allgather(call: Call) -> Program:
     One node: 1 sync, no messages; each rank copies n in and pn out: time s + (p+1) n mu.
     u nodes: plus the ``inter`` allgather of u blocks of (p/u) n among the leaders and a sync.
     """
-    counts = call.counts
-    displs = offsets(counts)
-    total = sum(counts)
+    total = sum(call.counts)
     if not total:
         return Program(())
-    own = Region(call.input, displs[call.rank] if call.in_place else 0, counts[call.rank])
-    steps = [_copy(own, Region(WINDOW, displs[call.rank], own.count)), SYNC]
-    scratch = 0
-    nodes = _nodes(call)
-    if len(nodes) > 1:
-        node_counts = tuple(sum(counts[r] for r in members) for members in nodes)
-        inter, scratch = _leaders_phase(call, "allgather", node_counts, in_place=True,
-                                        send=0, recv=0)
-        steps += inter + [SYNC]
-    steps.append(_copy(Region(WINDOW, 0, total), Region(RECV, 0, total)))
-    return Program(tuple(steps), scratch=scratch, window=total)
+    _, own = allgather_blocks(call)
+    window = blocks(WINDOW, call.counts)
+    steps = [local_step(Copy(own, window[call.rank])), SYNC]
+    inter = Program(())
+    if len(_nodes(call)) > 1:
+        inter = _leaders_phase(call, "allgather", _node_counts(call), in_place=True,
+                               send=0, recv=0)
+        steps += [*inter.steps, SYNC]
+    steps.append(local_step(Copy(Region(WINDOW, 0, total), Region(RECV, 0, total))))
+    return Program(tuple(steps), scratch=inter.scratch, window=total)
 
 
-def _node_reduce(call: Call, members: tuple[int, ...], total: int, source: Region
-                 ) -> tuple[list[Step], Region]:
+def _node_reduce(call: Call, total: int, source: Region) -> tuple[list[Step], Region]:
     """Node-local reduction of every member's ``total``-element input: each writes it into its
     slot, sync, each reduces a disjoint chunk over all slots into the node's partial area.
     Returns the steps and the partial area."""
+    _, members = _own_node(call)
     m, i = len(members), members.index(call.rank)
-    slots = [Region(WINDOW, j * total, total) for j in range(m)]
+    slots = blocks(WINDOW, (total,) * m)
     partial = Region(WINDOW, m * total, total)
     chunks = even_split(total, m)
-    at = offsets(chunks)[i]
-    mine = partial.sub(at, chunks[i])
-    reduce = Step(local=(Reduce(mine, tuple(s.sub(at, chunks[i]) for s in slots)),)
-                  if mine.count else ())
-    return [_copy(source, slots[i]), SYNC, reduce, SYNC], partial
+    at, count = offsets(chunks)[i], chunks[i]
+    reduce = Reduce(partial.sub(at, count), tuple(s.sub(at, count) for s in slots))
+    return [local_step(Copy(source, slots[i])), SYNC, local_step(reduce), SYNC], partial
 
 
 @register("reduce_scatter", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
@@ -131,31 +116,27 @@ def plan_csc_reduce_scatter(call: Call) -> Program:
     (each rank a disjoint chunk), the leaders reduce-scatter the partials with ``inter``
     (node blocks), and each rank copies its block out: 3 syncs.
     """
-    counts = call.counts
+    counts, rank = call.counts, call.rank
     displs = offsets(counts)
     total = sum(counts)
     if not total:
         return Program(())
-    nodes = _nodes(call)
     source = Region(SEND, 0, total)
-    result = Region(RECV, 0, counts[call.rank])
-    if len(nodes) == 1:
-        slots = [Region(WINDOW, j * total, total) for j in range(call.p)]
-        reduce = Reduce(result, tuple(s.sub(displs[call.rank], result.count) for s in slots))
-        steps = [_copy(source, slots[call.rank]), SYNC,
-                 Step(local=(reduce,) if result.count else ())]
+    _, result = reduce_scatter_blocks(call)
+    if len(_nodes(call)) == 1:
+        slots = blocks(WINDOW, (total,) * call.p)
+        reduce = Reduce(result, tuple(s.sub(displs[rank], result.count) for s in slots))
+        steps = [local_step(Copy(source, slots[rank])), SYNC, local_step(reduce)]
         return Program(tuple(steps), window=call.p * total)
-    members = next(m for m in nodes if call.rank in m)
-    steps, partial = _node_reduce(call, members, total, source)
-    node_counts = tuple(sum(counts[r] for r in m) for m in nodes)
+    steps, partial = _node_reduce(call, total, source)
     node_result = partial.stop
-    inter, scratch = _leaders_phase(call, "reduce_scatter", node_counts, in_place=False,
-                                    send=partial.offset, recv=node_result)
-    node_start = displs[members[0]]
-    mine = Region(WINDOW, node_result + displs[call.rank] - node_start, result.count)
-    steps += inter + [SYNC, _copy(mine, result)]
-    node_total = sum(counts[r] for r in members)
-    return Program(tuple(steps), scratch=scratch, window=node_result + node_total)
+    inter = _leaders_phase(call, "reduce_scatter", _node_counts(call), in_place=False,
+                           send=partial.offset, recv=node_result)
+    node, members = _own_node(call)
+    mine = Region(WINDOW, node_result + displs[rank] - displs[members[0]], result.count)
+    steps += [*inter.steps, SYNC, local_step(Copy(mine, result))]
+    return Program(tuple(steps), scratch=inter.scratch,
+                   window=node_result + _node_counts(call)[node])
 
 
 @register("allreduce", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
@@ -169,19 +150,18 @@ def plan_csc_allreduce(call: Call) -> Program:
     One node: 2 syncs, no messages; time 2s + 2n mu + n gamma (each rank reduces n/p over p
     slots).  u nodes: plus the ``inter`` allreduce of n among the leaders and a sync.
     """
-    n = call.counts[0]
+    source, result = allreduce_vectors(call)
+    n = result.count
     if not n:
         return Program(())
-    nodes = _nodes(call)
-    members = next(m for m in nodes if call.rank in m)
-    steps, partial = _node_reduce(call, members, n, Region(call.input, 0, n))
-    scratch = 0
-    if len(nodes) > 1:
-        inter, scratch = _leaders_phase(call, "allreduce", (n,), in_place=True,
-                                        send=partial.offset, recv=partial.offset)
-        steps += inter + [SYNC]
-    steps.append(_copy(partial, Region(RECV, 0, n)))
-    return Program(tuple(steps), scratch=scratch, window=partial.stop)
+    steps, partial = _node_reduce(call, n, source)
+    inter = Program(())
+    if len(_nodes(call)) > 1:
+        inter = _leaders_phase(call, "allreduce", (n,), in_place=True,
+                               send=partial.offset, recv=partial.offset)
+        steps += [*inter.steps, SYNC]
+    steps.append(local_step(Copy(partial, result)))
+    return Program(tuple(steps), scratch=inter.scratch, window=partial.stop)
 
 
 @register("alltoall", "csc", family="csc", requires=(ONE_NODE,), source="seed 004",
@@ -195,7 +175,8 @@ def plan_csc_alltoall(call: Call) -> Program:
     p, rank, n = call.p, call.rank, call.counts[0]
     if not n:
         return Program(())
-    slots = [Region(WINDOW, j * p * n, p * n) for j in range(p)]
-    gather = tuple(Copy(slots[j].sub(rank * n, n), Region(RECV, j * n, n)) for j in range(p))
-    steps = [_copy(Region(SEND, 0, p * n), slots[rank]), SYNC, Step(local=gather)]
+    slots = blocks(WINDOW, (p * n,) * p)
+    result = blocks(RECV, (n,) * p)
+    gather = (Copy(slots[j].sub(rank * n, n), result[j]) for j in range(p))
+    steps = [local_step(Copy(Region(SEND, 0, p * n), slots[rank])), SYNC, local_step(*gather)]
     return Program(tuple(steps), window=p * p * n)

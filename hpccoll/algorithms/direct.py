@@ -8,53 +8,30 @@ Cost notation as in :mod:`hpccoll.algorithms.ring`.
 from __future__ import annotations
 
 from ..registry import Cost, register
-from ..schedule import (
-    RECV,
-    SCRATCH,
-    SEND,
-    Call,
-    Copy,
-    Program,
-    Recv,
-    Reduce,
-    Region,
-    Send,
-    Step,
-    offsets,
-    one_rank,
-    vector_blocks,
-)
+from ..schedule import (SCRATCH, Call, Program, Reduce, Region, StepBuilder, allgather_blocks,
+                        allgather_from_input, alltoall_blocks, one_rank, pairs_by_distance,
+                        reduce_scatter_blocks, sequence, vector_blocks)
 
 
-def _peers(p: int, rank: int) -> list[tuple[int, int]]:
-    """(send-to, receive-from) pairs in the order they are posted."""
-    return [((rank + i) % p, (rank - i) % p) for i in range(1, p)]
+def _allgather(p: int, rank: int, result: list[Region]) -> Program:
+    """One step: send the own result block to every peer, receive every peer's in place."""
+    step = StepBuilder()
+    for to, frm in pairs_by_distance(p, rank):
+        step.send(to, result[rank])
+        step.recv(frm, result[frm])
+    return Program((step.build(),))
 
 
-def _copy(src: Region, dst: Region) -> tuple[Copy, ...]:
-    return (Copy(src, dst),) if dst.count else ()
-
-
-def _allgather_step(p: int, rank: int, own: Region, blocks: list[Region]) -> Step:
-    """Send ``own`` to every peer, receive every peer's block in place."""
-    pairs = _peers(p, rank)
-    return Step(sends=tuple(Send(to, (own,)) for to, _ in pairs if own.count),
-                recvs=tuple(Recv(src, (blocks[src],)) for _, src in pairs if blocks[src].count))
-
-
-def _reduce_scatter_step(p: int, rank: int, source: list[Region], result: Region,
-                         staging: int) -> Step:
-    """Send block j to rank j; every peer's block r lands in its own scratch slot at
-    ``staging + i * |result|`` and is reduced into ``result`` on arrival (any order)."""
-    pairs = _peers(p, rank)
-    n = result.count
-    recvs = []
-    for i, (_, src) in enumerate(pairs):
-        slot = Region(SCRATCH, staging + i * n, n)
-        recvs.append(Recv(src, (slot,), (Reduce(result, (result, slot)),)))
-    return Step(sends=tuple(Send(to, (source[to],)) for to, _ in pairs if source[to].count),
-                recvs=tuple(recvs) if n else (),
-                local=_copy(source[rank], result) if source[rank] != result else ())
+def _reduce_scatter(p: int, rank: int, source: list[Region], result: Region) -> Program:
+    """One step: send block j to rank j; every peer's block ``rank`` lands in a scratch slot
+    of its own and is reduced into ``result`` on arrival (any order)."""
+    step = StepBuilder()
+    step.copy(source[rank], result)
+    for i, (to, frm) in enumerate(pairs_by_distance(p, rank)):
+        slot = Region(SCRATCH, i * result.count, result.count)
+        step.send(to, source[to])
+        step.recv(frm, slot, on_arrival=(Reduce(result, (result, slot)),))
+    return Program((step.build(),), scratch=(p - 1) * result.count)
 
 
 @register("allgather", "direct", family="direct",
@@ -65,12 +42,8 @@ def plan_direct_allgather(call: Call) -> Program:
     Rounds 1 (p-1 concurrent messages); bytes sent per rank (p-1)n; time about
     alpha + (p-1) n beta on one port, (p-1)alpha overhead in the endpoint.
     """
-    p, rank = call.p, call.rank
-    blocks = [Region(RECV, o, c) for o, c in zip(offsets(call.counts), call.counts)]
-    own = blocks[rank] if call.in_place else Region(SEND, 0, call.counts[rank])
-    step = _allgather_step(p, rank, own, blocks)
-    local = () if call.in_place else _copy(own, blocks[rank])
-    return Program((Step(step.sends, step.recvs, local),))
+    result, _ = allgather_blocks(call)
+    return allgather_from_input(call, _allgather(call.p, call.rank, result))
 
 
 @register(("alltoall", "alltoallv"), "direct", family="direct",
@@ -81,14 +54,13 @@ def plan_direct_alltoall(call: Call) -> Program:
     Rounds 1 (p-1 concurrent messages); bytes sent per rank (p-1)n; time about
     alpha + (p-1) n beta on one port.  Any counts (alltoallv).
     """
-    p, rank = call.p, call.rank
-    out = [Region(SEND, d, c) for d, c in zip(call.sdispls, call.counts)]
-    into = [Region(RECV, d, c) for d, c in zip(call.rdispls, call.recvcounts)]
-    pairs = _peers(p, rank)
-    return Program((Step(sends=tuple(Send(to, (out[to],)) for to, _ in pairs if out[to].count),
-                         recvs=tuple(Recv(src, (into[src],)) for _, src in pairs
-                                     if into[src].count),
-                         local=_copy(out[rank], into[rank])),))
+    out, into = alltoall_blocks(call)
+    step = StepBuilder()
+    step.copy(out[call.rank], into[call.rank])
+    for to, frm in pairs_by_distance(call.p, call.rank):
+        step.send(to, out[to])
+        step.recv(frm, into[frm])
+    return Program((step.build(),))
 
 
 @register("reduce_scatter", "direct", family="direct",
@@ -99,11 +71,8 @@ def plan_direct_reduce_scatter(call: Call) -> Program:
     Rounds 1 (p-1 concurrent messages); bytes sent per rank (p-1)n; time about
     alpha + (p-1) n (beta + gamma).  Scratch (p-1)n.
     """
-    p, rank, counts = call.p, call.rank, call.counts
-    source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
-    result = Region(RECV, 0, counts[rank])
-    return Program((_reduce_scatter_step(p, rank, source, result, 0),),
-                   scratch=(p - 1) * counts[rank])
+    source, result = reduce_scatter_blocks(call)
+    return _reduce_scatter(call.p, call.rank, source, result)
 
 
 @register("allreduce", "direct", family="direct",
@@ -115,9 +84,8 @@ def plan_direct_allreduce(call: Call) -> Program:
     + (p-1)/p n gamma on a full mesh.  Scratch (p-1)n/p.
     """
     p, rank = call.p, call.rank
-    counts, source, result = vector_blocks(call)
+    _, source, result = vector_blocks(call)
     if p == 1:
         return one_rank(source[0], result[0])
-    return Program((_reduce_scatter_step(p, rank, source, result[rank], 0),
-                    _allgather_step(p, rank, result[rank], result)),
-                   scratch=(p - 1) * counts[rank])
+    return sequence(_reduce_scatter(p, rank, source, result[rank]),
+                    _allgather(p, rank, result))

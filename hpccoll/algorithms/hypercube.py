@@ -13,11 +13,13 @@ one peer).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections import Counter
+from typing import Callable, Sequence
 
 from ..registry import POWER_OF_TWO, Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Reduce, Region, Send,
-                        Step, even_split, merge_adjacent, offsets)
+from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
+                        allgather_blocks, allreduce_vectors, blocks, even_split, merge_adjacent, one_rank,
+                        reduce_scatter_blocks, span, split)
 
 Channel = tuple[int, int, Sequence[int]]   # (send to, receive from, block indices carried)
 
@@ -36,37 +38,25 @@ def relay_program(n: int, rounds: list[list[Channel]], source: list[Region],
     move lands in place, the first is sent straight from the send buffer, and only blocks
     that move twice or more need scratch.  Blocks that never move are copied in step 0.
     """
-    p = len(source)
     if n == 0:
         return Program(())
-    moves = [0] * p
+    moves = Counter(i for channels in rounds for _, _, indices in channels for i in indices)
+    slot = {i: k * n for k, i in enumerate(i for i in range(len(source)) if moves[i] >= 2)}
+    where, done = list(source), Counter()
+    steps = ProgramBuilder()
     for channels in rounds:
-        for _, _, indices in channels:
-            for i in indices:
-                moves[i] += 1
-    slot: dict[int, int] = {}
-    for i in range(p):
-        if moves[i] >= 2:
-            slot[i] = len(slot) * n
-    where, done = list(source), [0] * p
-    steps = []
-    for channels in rounds:
-        sends, recvs = [], []
+        step = steps.step()
         for to, frm, indices in channels:
-            if not indices:
-                continue
-            sends.append(Send(to, merge_adjacent(where[i] for i in indices)))
+            step.send(to, *merge_adjacent(where[i] for i in indices))
             for i in indices:
                 done[i] += 1
                 where[i] = final[i] if (moves[i] - done[i]) % 2 == 0 \
                     else Region(SCRATCH, slot[i], n)
-            recvs.append(Recv(frm, merge_adjacent(where[i] for i in indices)))
-        steps.append(Step(tuple(sends), tuple(recvs)))
-    local = tuple(Copy(source[i], final[i]) for i in range(p) if moves[i] == 0)
-    if local:
-        first = steps[0] if steps else Step()
-        steps[:1] = [Step(first.sends, first.recvs, local)]
-    return Program(tuple(steps), scratch=len(slot) * n)
+            step.recv(frm, *merge_adjacent(where[i] for i in indices))
+    for i, block in enumerate(source):
+        if not moves[i]:
+            steps.first().copy(block, final[i])
+    return steps.program(scratch=len(slot) * n)
 
 
 @register("alltoall", "hypercube", family="hypercube", requires=(POWER_OF_TWO,),
@@ -85,8 +75,9 @@ def plan_hypercube_alltoall(call: Call) -> Program:
     p, rank, n = call.p, call.rank, call.counts[0]
     if p & (p - 1):
         raise ValueError(f"hypercube all-to-all needs p a power of two, got p={p}")
-    source = [Region(SEND, (rank ^ t) * n, n) for t in range(p)]
-    final = [Region(RECV, (rank ^ t) * n, n) for t in range(p)]
+    mine, result = blocks(SEND, (n,) * p), blocks(RECV, (n,) * p)
+    source = [mine[rank ^ t] for t in range(p)]
+    final = [result[rank ^ t] for t in range(p)]
     rounds = []
     for k in range(p.bit_length() - 1):
         bit = 1 << k
@@ -135,37 +126,59 @@ class _Fold:
             rank // 2 if rank < 2 * self.extra else rank - self.extra
         self.first = 1 if self.extra else 0                         # step of round 0
 
+    def builder(self, rounds: int) -> ProgramBuilder:
+        """The steps of the fold, ``rounds`` rounds and the return."""
+        return ProgramBuilder(self.first + rounds + (1 if self.extra else 0))
+
     def real(self, new: int) -> int:
         """The (even, surviving) real rank of new rank ``new``."""
         return 2 * new if new < self.extra else new + self.extra
 
-    def span(self, lo: int, hi: int) -> tuple[int, int]:
+    def ranks(self, lo: int, hi: int) -> tuple[int, int]:
         """The real ranks [a, b) that new ranks [lo, hi) stand for."""
         return self.real(lo), (self.real(hi - 1) + (2 if hi - 1 < self.extra else 1))
 
 
-def _cut(offs: tuple[int, ...], counts: tuple[int, ...], buffer: str, a: int, b: int) -> Region:
-    """Blocks a..b-1 (laid end to end by ``offs``) of ``buffer`` as one region."""
-    start = offs[a] if a < len(offs) else sum(counts)
-    stop = offs[b] if b < len(offs) else sum(counts)
-    return Region(buffer, start, stop - start)
+def _sit_out(steps: ProgramBuilder, partner: int, given: Region, *returned: Region
+             ) -> Program:
+    """The program of a rank that sits out: it gives ``given`` to ``partner`` in the first
+    step and gets ``returned`` back in the last."""
+    steps[0].send(partner, given)
+    steps[-1].recv(partner, *returned)
+    return steps.program()
 
 
-def _steps(count: int) -> list[list]:
-    """``count`` empty steps as [sends, recvs, local] lists."""
-    return [[[], [], []] for _ in range(count)]
+def _doubling(fold: _Fold, steps: ProgramBuilder, start: int,
+              group: Callable[[int, int], Region]) -> None:
+    """The log2 p' rounds of a recursive-doubling allgather, from step ``start`` on: in round
+    k new rank j swaps ``group(lo, lo + 2^k)``, the blocks of its aligned group of 2^k new
+    ranks, for its partner j XOR 2^k's."""
+    j = fold.new
+    for k in range(fold.rounds):
+        mask = 1 << k
+        mine = j & ~(mask - 1)
+        theirs = mine ^ mask
+        steps[start + k].exchange(fold.real(j ^ mask), group(mine, mine + mask),
+                                  group(theirs, theirs + mask))
 
 
-def _program(steps: list[list], scratch: int = 0) -> Program:
-    return Program(tuple(Step(tuple(s), tuple(r), tuple(l)) for s, r, l in steps), scratch)
+# a surviving rank's part of a folded allreduce: (call, fold, steps, input, result) -> scratch
+_Survivor = Callable[[Call, _Fold, ProgramBuilder, Region, Region], int]
 
 
-def _exchange(step: list, peer: int, out: Region, into: Region, *on_arrival) -> None:
-    """Send ``out`` to ``peer`` and receive ``into`` from it, skipping empty messages."""
-    if out.count:
-        step[0].append(Send(peer, (out,)))
-    if into.count:
-        step[1].append(Recv(peer, (into,), tuple(on_arrival)))
+def _folded_allreduce(call: Call, phases: int, survivor: _Survivor) -> Program:
+    """An allreduce by a power-of-two algorithm of ``phases`` times log2 p' rounds, folded
+    (see above): a copy on one rank, nothing for an empty vector, the fold and the return
+    for a rank that sits out; for the others ``survivor`` fills in the fold, the rounds and
+    the return and gives the scratch they use."""
+    source, result = allreduce_vectors(call)
+    if not result.count or call.p == 1:
+        return one_rank(source, result)
+    fold = _Fold(call.p, call.rank)
+    steps = fold.builder(phases * fold.rounds)
+    if fold.sits_out:
+        return _sit_out(steps, call.rank - 1, source, result)
+    return steps.program(survivor(call, fold, steps, source, result))
 
 
 @register("allreduce", "recursive_doubling", family="hypercube", source=_SOURCE,
@@ -183,24 +196,20 @@ def plan_recursive_doubling_allreduce(call: Call) -> Program:
     (2n with IN_PLACE when log2 p' is odd and at least 3; IN_PLACE with p' = 2 ends with a
     local copy from scratch).
     """
-    p, rank, n = call.p, call.rank, call.counts[0]
-    fold = _Fold(p, rank)
-    source, result = Region(call.input, 0, n), Region(RECV, 0, n)
-    if n == 0 or p == 1:
-        return Program(() if call.in_place or n == 0 else (Step(local=(Copy(source, result),)),))
-    d = fold.rounds
-    steps = _steps(fold.first + d + (1 if fold.extra else 0))
+    return _folded_allreduce(call, 1, _doubling_allreduce)
+
+
+def _doubling_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: Region,
+                        result: Region) -> int:
+    """A surviving rank's recursive-doubling allreduce (see :func:`_folded_allreduce`)."""
+    rank, n, d = call.rank, result.count, fold.rounds
     scratch = [Region(SCRATCH, 0, n), Region(SCRATCH, n, n)]
-    if fold.sits_out:
-        _exchange(steps[0], rank - 1, source, Region(RECV, 0, 0))
-        _exchange(steps[-1], rank - 1, Region(RECV, 0, 0), result)
-        return _program(steps)
     # backwards from the result: round k reduces into held[k + 1], alternating buffers
     held = [result if (d - k) % 2 == 0 else scratch[0] for k in range(d + 1)]
     copy_back = False
     if fold.pairs:
         landing = held[0] if held[0] != source else scratch[1]
-        steps[0][1].append(Recv(rank + 1, (landing,), (Reduce(held[0], (source, landing)),)))
+        steps[0].recv(rank + 1, landing, on_arrival=(Reduce(held[0], (source, landing)),))
     else:
         held[0] = source
         if held[1] == source:            # IN_PLACE, log2 p' odd: round 0 must land elsewhere
@@ -208,19 +217,16 @@ def plan_recursive_doubling_allreduce(call: Call) -> Program:
             if d == 1:
                 held[1], copy_back = scratch[0], True
     for k in range(d):
-        peer = fold.real(fold.new ^ (1 << k))
-        _exchange(steps[fold.first + k], peer, held[k], held[k + 1],
-                  Reduce(held[k + 1], (held[k + 1], held[k])))
+        steps[fold.first + k].exchange(fold.real(fold.new ^ (1 << k)), held[k], held[k + 1],
+                                       Reduce(held[k + 1], (held[k + 1], held[k])))
     if fold.pairs:
-        _exchange(steps[-1], rank + 1, result, Region(RECV, 0, 0))
+        steps[-1].send(rank + 1, result)
     if copy_back:                        # the last step is the return, or a new one
-        if not fold.extra:
-            steps.append([[], [], []])
-        steps[-1][2].append(Copy(held[d], result))
+        (steps[-1] if fold.extra else steps.step()).copy(held[d], result)
     used = max((r.stop for r in held if r.buffer == SCRATCH), default=0)
     if fold.pairs and held[0] == source:
         used = max(used, scratch[1].stop)
-    return _program(steps, used)
+    return used
 
 
 @register("allgather", "recursive_doubling", family="hypercube", source=_SOURCE,
@@ -237,43 +243,34 @@ def plan_recursive_doubling_allgather(call: Call) -> Program:
     log2 p' alpha + (p'-1)/p' N beta (+ 2 alpha + (n_odd + N) beta).  Uneven blocks, any p,
     IN_PLACE; no scratch, no packing.
     """
-    p, rank, counts = call.p, call.rank, call.counts
-    offs = offsets(counts)
+    p, rank = call.p, call.rank
     fold = _Fold(p, rank)
-    own = _cut(offs, counts, RECV, rank, rank + 1)
-    source = own if call.in_place else Region(SEND, 0, counts[rank])
-    copy_own = [] if call.in_place or not own.count else [Copy(source, own)]
+    result, source = allgather_blocks(call)
+    own = result[rank]
     if p == 1:
-        return Program((Step(local=tuple(copy_own)),) if copy_own else ())
-    nothing = Region(RECV, 0, 0)
-    steps = _steps(fold.first + fold.rounds + (1 if fold.extra else 0))
-    steps[0][2] += copy_own
+        return one_rank(source, own)
+    steps = fold.builder(fold.rounds)
+    steps[0].copy(source, own)
     if fold.sits_out:
-        _exchange(steps[0], rank - 1, source, nothing)
-        back = (_cut(offs, counts, RECV, 0, rank), _cut(offs, counts, RECV, rank + 1, p))
-        if sum(r.count for r in back):
-            steps[-1][1].append(Recv(rank - 1, merge_adjacent(back)))
-        return _program(steps)
+        return _sit_out(steps, rank - 1, source,
+                        *merge_adjacent((span(result, 0, rank), span(result, rank + 1, p))))
     if fold.pairs:
-        _exchange(steps[0], rank + 1, nothing, _cut(offs, counts, RECV, rank + 1, rank + 2))
-    for k in range(fold.rounds):
-        mask = 1 << k
-        mine = fold.new & ~(mask - 1)
-        theirs = mine ^ mask
-        out = _cut(offs, counts, RECV, *fold.span(mine, mine + mask))
-        if k == 0 and not fold.pairs:
-            out = source
-        into = _cut(offs, counts, RECV, *fold.span(theirs, theirs + mask))
-        _exchange(steps[fold.first + k], fold.real(fold.new ^ mask), out, into)
+        steps[0].recv(rank + 1, result[rank + 1])
+
+    def group(lo: int, hi: int) -> Region:
+        """The blocks of new ranks lo..hi-1; this rank's alone straight from its input."""
+        if (lo, hi) == (fold.new, fold.new + 1) and not fold.pairs:
+            return source
+        return span(result, *fold.ranks(lo, hi))
+    _doubling(fold, steps, fold.first, group)
     if fold.pairs:
-        back = (_cut(offs, counts, RECV, 0, rank + 1), _cut(offs, counts, RECV, rank + 2, p))
-        if sum(r.count for r in back):
-            steps[-1][0].append(Send(rank + 1, merge_adjacent(back)))
-    return _program(steps)
+        steps[-1].send(rank + 1,
+                       *merge_adjacent((span(result, 0, rank + 1), span(result, rank + 2, p))))
+    return steps.program()
 
 
 def _halving(fold: _Fold, counts: tuple[int, ...], held: Region, accumulate: Region,
-             landing: int, last_into: list[Region] | None, steps: list[list]) -> None:
+             landing: int, last_into: list[Region] | None, steps: ProgramBuilder) -> None:
     """The log2 p' rounds of a recursive-halving reduce-scatter over the p' blocks
     ``counts`` (one per new rank, laid end to end) of the vector in ``held``, reducing into
     the vector ``accumulate`` (same layout; may be ``held``).  In round k (mask p'/2^(k+1))
@@ -281,28 +278,23 @@ def _halving(fold: _Fold, counts: tuple[int, ...], held: Region, accumulate: Reg
     reduces what comes back into the half it keeps; afterwards block j is fully reduced, in
     ``accumulate`` or, if given, in the regions ``last_into`` (laid end to end) that the last
     round reduces into instead.  Arrivals land in scratch at ``landing``."""
-    offs = offsets(counts)
-
-    def part(vector: Region, lo: int, hi: int) -> Region:
-        block = _cut(offs, counts, vector.buffer, lo, hi)
-        return Region(vector.buffer, vector.offset + block.offset, block.count)
-
+    held_blocks, kept_blocks = split(held, counts), split(accumulate, counts)
     j = fold.new
     for k in range(fold.rounds):
         mask = fold.size >> (k + 1)
         keep_lo = j & ~(mask - 1)
         give_lo = keep_lo ^ mask
-        mine, keep = part(held, keep_lo, keep_lo + mask), part(accumulate, keep_lo, keep_lo + mask)
+        mine = span(held_blocks, keep_lo, keep_lo + mask)
+        keep = span(kept_blocks, keep_lo, keep_lo + mask)
         slot = Region(SCRATCH, landing, keep.count)
         targets = last_into if k == fold.rounds - 1 and last_into is not None else [keep]
         ops, at = [], 0
         for dst in targets:
-            if dst.count:
-                ops.append(Reduce(dst, (mine.sub(at, dst.count), slot.sub(at, dst.count))))
+            ops.append(Reduce(dst, (mine.sub(at, dst.count), slot.sub(at, dst.count))))
             at += dst.count
-        _exchange(steps[fold.first + k], fold.real(j ^ mask), part(held, give_lo, give_lo + mask),
-                  slot, *ops)
-        held = accumulate
+        give = span(held_blocks, give_lo, give_lo + mask)
+        steps[fold.first + k].exchange(fold.real(j ^ mask), give, slot, *ops)
+        held_blocks = kept_blocks
 
 
 @register("reduce_scatter", "recursive_halving", family="hypercube", source=_SOURCE,
@@ -322,30 +314,25 @@ def plan_recursive_halving_reduce_scatter(call: Call) -> Program:
     """
     p, rank, counts = call.p, call.rank, call.counts
     total = sum(counts)
-    offs = offsets(counts)
     fold = _Fold(p, rank)
-    result = Region(RECV, 0, counts[rank])
-    if p == 1:
-        return Program((Step(local=(Copy(Region(SEND, 0, total), result),)),) if total else ())
-    steps = _steps(fold.first + fold.rounds + (1 if fold.extra else 0))
-    if fold.sits_out:
-        _exchange(steps[0], rank - 1, Region(SEND, 0, total), Region(RECV, 0, 0))
-        _exchange(steps[-1], rank - 1, Region(RECV, 0, 0), result)
-        return _program(steps)
-    vector = Region(SCRATCH, 0, total)
+    _, result = reduce_scatter_blocks(call)
     held = Region(SEND, 0, total)
+    if p == 1:
+        return one_rank(held, result)
+    steps = fold.builder(fold.rounds)
+    if fold.sits_out:
+        return _sit_out(steps, rank - 1, held, result)
+    vector = Region(SCRATCH, 0, total)
     last_into = [result]
     if fold.pairs:
-        _exchange(steps[0], rank + 1, Region(RECV, 0, 0), vector,
-                  Reduce(vector, (vector, held)))
+        steps[0].recv(rank + 1, vector, on_arrival=(Reduce(vector, (vector, held)),))
         held = vector
-        second = _cut(offs, counts, SCRATCH, rank + 1, rank + 2)
+        second = split(vector, counts)[rank + 1]
         last_into.append(second)
-        _exchange(steps[-1], rank + 1, second, Region(RECV, 0, 0))
-    spans = [fold.span(j, j + 1) for j in range(fold.size)]
-    new_counts = tuple(sum(counts[a:b]) for a, b in spans)
+        steps[-1].send(rank + 1, second)
+    new_counts = tuple(sum(counts[slice(*fold.ranks(j, j + 1))]) for j in range(fold.size))
     _halving(fold, new_counts, held, vector, total, last_into, steps)
-    return _program(steps, total + _half(new_counts, fold))
+    return steps.program(total + _half(new_counts, fold))
 
 
 def _half(counts: tuple[int, ...], fold: _Fold) -> int:
@@ -372,35 +359,23 @@ def plan_rabenseifner_allreduce(call: Call) -> Program:
     the reduced halves accumulate in the receive buffer, arrivals land in scratch (n/2; n on
     folding ranks with IN_PLACE).
     """
-    p, rank, n = call.p, call.rank, call.counts[0]
-    fold = _Fold(p, rank)
-    source, result = Region(call.input, 0, n), Region(RECV, 0, n)
-    if n == 0 or p == 1:
-        return Program(() if call.in_place or n == 0 else (Step(local=(Copy(source, result),)),))
-    d = fold.rounds
-    steps = _steps(fold.first + 2 * d + (1 if fold.extra else 0))
-    nothing = Region(RECV, 0, 0)
-    if fold.sits_out:
-        _exchange(steps[0], rank - 1, source, nothing)
-        _exchange(steps[-1], rank - 1, nothing, result)
-        return _program(steps)
+    return _folded_allreduce(call, 2, _rabenseifner_allreduce)
+
+
+def _rabenseifner_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: Region,
+                            result: Region) -> int:
+    """A surviving rank's part of Rabenseifner's allreduce (see :func:`_folded_allreduce`)."""
+    rank, n = call.rank, result.count
     counts = even_split(n, fold.size)
-    offs = offsets(counts)
     scratch = _half(counts, fold)
     held = source
     if fold.pairs:
         landing = result if not call.in_place else Region(SCRATCH, 0, n)
         scratch = max(scratch, landing.stop if landing.buffer == SCRATCH else 0)
-        _exchange(steps[0], rank + 1, nothing, landing, Reduce(result, (source, landing)))
+        steps[0].recv(rank + 1, landing, on_arrival=(Reduce(result, (source, landing)),))
         held = result
-        _exchange(steps[-1], rank + 1, result, nothing)
+        steps[-1].send(rank + 1, result)
     _halving(fold, counts, held, result, 0, None, steps)
-    j = fold.new
-    for k in range(d):
-        mask = 1 << k
-        mine = j & ~(mask - 1)
-        theirs = mine ^ mask
-        _exchange(steps[fold.first + d + k], fold.real(j ^ mask),
-                  _cut(offs, counts, RECV, mine, mine + mask),
-                  _cut(offs, counts, RECV, theirs, theirs + mask))
-    return _program(steps, scratch)
+    reduced = split(result, counts)
+    _doubling(fold, steps, fold.first + fold.rounds, lambda lo, hi: span(reduced, lo, hi))
+    return scratch

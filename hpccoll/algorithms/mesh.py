@@ -14,7 +14,8 @@ import operator
 from typing import Any
 
 from ..registry import Constraint, Cost, register
-from ..schedule import RECV, SCRATCH, SEND, Call, Copy, Program, Recv, Region, Send, Step
+from ..schedule import (RECV, SCRATCH, SEND, Call, Program, Region, StepBuilder, blocks,
+                        pairs_by_distance, span)
 
 
 def _valid_rows(p: int, rows: Any) -> bool:
@@ -43,12 +44,6 @@ def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
     return rows, p // rows
 
 
-def _line_peers(size: int, me: int) -> list[tuple[int, int]]:
-    """(send-to, receive-from) positions along a row or column, posted in this order
-    (me+i, me-i) as the direct algorithms do, so not everyone sends to the same peer first."""
-    return [((me + i) % size, (me - i) % size) for i in range(1, size)]
-
-
 @register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), source="seed 003",
           cost=Cost("0 if p == 1 else 1 if 1 in grid(p) else 2", "n * (2 * p - sum(grid(p)))",
                     "2α + n(2p - r - c)β, grid r x c"))
@@ -69,36 +64,34 @@ def plan_mesh_alltoall(call: Call) -> Program:
     row, col = divmod(rank, c)
     if n == 0:
         return Program(())
+    mine = blocks(SEND, (n,) * p)               # mine[i * c + j]: my block for rank (i, j)
+    result = blocks(RECV, (n,) * p)             # result[i * c + j]: the block from (i, j)
+    waiting = blocks(SCRATCH, (n,) * ((r - 1) * c))
 
-    def send(i: int, j: int) -> Region:          # my block for rank (i, j)
-        return Region(SEND, (i * c + j) * n, n)
+    def park(i: int) -> int:                    # where the blocks for (i, col) wait, i != row
+        return (i - (i > row)) * c
 
-    def park(i: int, j: int) -> Region:          # block of (row, j) for (i, col), i != row
-        return Region(SCRATCH, ((i - (i > row)) * c + j) * n, n)
+    def into(i: int, j: int) -> Region:         # phase 1 arrival from (row, j) bound for (i, col)
+        return result[row * c + j] if i == row else waiting[park(i) + j]
 
-    def recv_row(i: int) -> Region:              # the blocks from row i, in column order
-        return Region(RECV, i * c * n, c * n)
+    def outgoing(i: int) -> Region:             # phase 2 message to (i, col): c parked blocks
+        return mine[i * c + col] if c == 1 else span(waiting, park(i), park(i) + c)
 
-    def into(i: int, j: int) -> Region:          # phase 1 arrival from (row, j) bound for (i, col)
-        return Region(RECV, (row * c + j) * n, n) if i == row else park(i, j)
-
-    def outgoing(i: int) -> Region:              # phase 2 message to (i, col): c parked blocks
-        return send(i, col) if c == 1 else Region(SCRATCH, (i - (i > row)) * c * n, c * n)
-
-    own = Region(RECV, rank * n, n)
+    phase1, phase2 = StepBuilder(), StepBuilder()
+    phase1.copy(mine[rank], result[rank])
     # my own blocks bound for my column are parked next to the ones that arrive in phase 1
     # (one block each), so every phase 2 message is contiguous; with one column there is
     # nothing to join and phase 2 sends straight from the send buffer
-    parked = () if c == 1 else tuple(Copy(send(i, col), park(i, col))
-                                     for i in range(r) if i != row)
-    phase1 = Step(
-        sends=tuple(Send(row * c + to, tuple(send(i, to) for i in range(r)))
-                    for to, _ in _line_peers(c, col)),
-        recvs=tuple(Recv(row * c + frm, tuple(into(i, frm) for i in range(r)))
-                    for _, frm in _line_peers(c, col)),
-        local=(Copy(send(row, col), own),) + parked)
-    phase2 = Step(
-        sends=tuple(Send(to * c + col, (outgoing(to),)) for to, _ in _line_peers(r, row)),
-        recvs=tuple(Recv(frm * c + col, (recv_row(frm),)) for _, frm in _line_peers(r, row)))
-    steps = (phase1, phase2) if r > 1 else (phase1,)
-    return Program(steps, scratch=0 if c == 1 else (r - 1) * c * n)
+    if c > 1:
+        for i in range(r):
+            if i != row:
+                phase1.copy(mine[i * c + col], waiting[park(i) + col])
+    for to, frm in pairs_by_distance(c, col):
+        phase1.send(row * c + to, *(mine[i * c + to] for i in range(r)))
+        phase1.recv(row * c + frm, *(into(i, frm) for i in range(r)))
+    for to, frm in pairs_by_distance(r, row):
+        phase2.send(to * c + col, outgoing(to))
+        phase2.recv(frm * c + col, span(result, frm * c, (frm + 1) * c))
+    phases = (phase1, phase2) if r > 1 else (phase1,)
+    return Program(tuple(phase.build() for phase in phases),
+                   scratch=0 if c == 1 else (r - 1) * c * n)

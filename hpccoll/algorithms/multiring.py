@@ -34,27 +34,15 @@ The k-fold gain of the bandwidth term assumes each directed link has a bandwidth
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..hamiltonian import Cycle, decompose, decompose_multinode
 from ..registry import Cost, register
-from ..schedule import (
-    RECV,
-    SCRATCH,
-    SEND,
-    Call,
-    Copy,
-    Program,
-    Recv,
-    Region,
-    Send,
-    Step,
-    offsets,
-    one_rank,
-    segment_count,
-    vector_blocks,
-)
-from .ring import _ring_allgather_steps, _ring_reduce_steps, _with_local
+from ..schedule import (SCRATCH, Call, Program, Region, allgather_blocks, allgather_from_input,
+                        blocks, one_rank, parallel, reduce_scatter_blocks, relabel, segment_count,
+                        sequence, vector_blocks)
+from .ring import ring_allgather, ring_reduce_scatter
 
 
 def multiring_cycles(call: Call) -> tuple[Cycle, ...]:
@@ -89,56 +77,43 @@ def _cycles_in_use(k: int, largest_block: int) -> int:
     return min(k, largest_block)
 
 
-def _merge(rings: list[tuple[Cycle, list[Step]]]) -> list[Step]:
-    """Step s of every cycle's ring as one step.  Each ring's steps are planned in positions
-    along its cycle; their peers become ranks here.  Sends and receives go in cycle order (so
-    two messages on one arc, p = 4 and 6, match in posting order)."""
-    cycles = [cycle for cycle, _ in rings]
-    merged = []
-    for steps in zip(*(steps for _, steps in rings)):
-        pairs = tuple(zip(cycles, steps))
-        merged.append(Step(
-            tuple(Send(cycle[s.peer], s.regions) for cycle, step in pairs for s in step.sends),
-            tuple(Recv(cycle[r.peer], r.regions, r.on_arrival)
-                  for cycle, step in pairs for r in step.recvs),
-            tuple(op for step in steps for op in step.local)))
-    return merged
+def _on_cycles(cycles: Sequence[Cycle], ring: Callable[[int, Cycle], Program]) -> Program:
+    """``ring(c, cycle)``, a ring planned in positions along ``cycle``, on every cycle c of
+    ``cycles``, all in the same steps; sends and receives go in cycle order (so two messages on one
+    arc, p = 4 and 6, match in posting order)."""
+    return parallel(*(relabel(ring(c, cycle), cycle) for c, cycle in enumerate(cycles)))
 
 
-def _multiring_allgather_steps(p: int, rank: int, cycles: Sequence[Cycle],
-                               blocks: list[Region]) -> list[Step]:
+def _multiring_allgather(p: int, rank: int, cycles: Sequence[Cycle],
+                         result: list[Region]) -> Program:
     """p-1 steps; in each, chunk c of a block moves one hop along cycle c, for every c."""
     k = len(cycles)
-    rings = []
-    for c in range(_cycles_in_use(k, max(b.count for b in blocks))):
-        cycle = cycles[c]
-        chunks = [_chunk(blocks[v], k, c) for v in cycle]
-        rings.append((cycle, _ring_allgather_steps(p, cycle.index(rank), chunks)))
-    return _merge(rings)
+
+    def ring(c: int, cycle: Cycle) -> Program:
+        return ring_allgather(p, cycle.index(rank), [_chunk(result[v], k, c) for v in cycle])
+    return _on_cycles(cycles[:_cycles_in_use(k, max(b.count for b in result))], ring)
 
 
 # (cycle c, chunks of the source blocks in cycle order) -> (staging, partial) of
-# _ring_reduce_steps for that cycle, functions of (step, position along the cycle)
+# ring_reduce_scatter for that cycle, functions of (step, position along the cycle)
 CycleTables = Callable[[int, Cycle, list[Region]],
                        tuple[Callable[[int, int], Region], Callable[[int, int], Region]]]
 
 
-def _multiring_reduce_steps(p: int, rank: int, cycles: Sequence[Cycle], seg: int,
-                            source: list[Region], largest_block: int,
-                            tables: CycleTables) -> list[Step]:
-    """The ring reduce-scatter (``_ring_reduce_steps``) of chunk c of every block on cycle c,
-    all cycles in the same p-1 steps; ``tables`` gives each cycle's staging and partial-sum
-    regions.  Afterwards cycle c's ``partial(p-2, position of rank)`` holds the reduced
-    chunk c of this rank's block, for every c."""
+def _multiring_reduce_scatter(p: int, rank: int, cycles: Sequence[Cycle], segment: int,
+                              source: list[Region], largest_block: int,
+                              tables: CycleTables) -> Program:
+    """The ring reduce-scatter of chunk c of every block on cycle c, all cycles in the same
+    p-1 steps; ``tables`` gives each cycle's staging and partial-sum regions.  Afterwards
+    cycle c's ``partial(p-2, position of rank)`` holds the reduced chunk c of this rank's
+    block, for every c."""
     k = len(cycles)
-    rings = []
-    for c in range(_cycles_in_use(k, largest_block)):
-        cycle = cycles[c]
+
+    def ring(c: int, cycle: Cycle) -> Program:
         chunks = [_chunk(source[v], k, c) for v in cycle]
         staging, partial = tables(c, cycle, chunks)
-        steps = _ring_reduce_steps(p, cycle.index(rank), seg, chunks, staging, partial)
-        rings.append((cycle, steps))
-    return _merge(rings)
+        return ring_reduce_scatter(p, cycle.index(rank), chunks, staging, partial, segment)
+    return _on_cycles(cycles[:_cycles_in_use(k, largest_block)], ring)
 
 
 def _landing(area: Region, k: int, c: int, chunks: list[Region]) -> list[Region]:
@@ -160,21 +135,9 @@ def plan_multiring_allgather(call: Call) -> Program:
     link has its own bandwidth: k times the ring's per-step bandwidth (k = p-1 on one node).
     Chunks land straight in place in the receive buffer; any p, uneven blocks, IN_PLACE.
     """
-    p, rank = call.p, call.rank
-    blocks = [Region(RECV, o, c) for o, c in zip(offsets(call.counts), call.counts)]
-    own = blocks[rank]
-    steps = _multiring_allgather_steps(p, rank, multiring_cycles(call), blocks)
-    if call.in_place:
-        return Program(tuple(steps))
-    copy_own = Copy(Region(SEND, 0, own.count), own)
-    if not steps:
-        return Program((_with_local(Step(), copy_own),))
-    # step 0 sends the own chunks straight from the send buffer while the block is copied over
-    first = steps[0]
-    sends = tuple(Send(s.peer, tuple(Region(SEND, r.offset - own.offset, r.count)
-                                     for r in s.regions)) for s in first.sends)
-    steps[0] = _with_local(Step(sends, first.recvs), copy_own)
-    return Program(tuple(steps))
+    result, _ = allgather_blocks(call)
+    cycles = multiring_cycles(call)
+    return allgather_from_input(call, _multiring_allgather(call.p, call.rank, cycles, result))
 
 
 @register("reduce_scatter", "multiring", family="multiring", source="seed 000 (TASP)",
@@ -190,13 +153,12 @@ def plan_multiring_reduce_scatter(call: Call) -> Program:
     each) and are reduced there in place; the last ones land in the result.
     """
     p, rank, counts = call.p, call.rank, call.counts
-    source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
-    result = Region(RECV, 0, counts[rank])
+    source, result = reduce_scatter_blocks(call)
     if p == 1:
         return one_rank(source[0], result)
     cycles = multiring_cycles(call)
     k, width = len(cycles), max(counts)
-    slots = [Region(SCRATCH, s * width, width) for s in (0, 1)]
+    slots = blocks(SCRATCH, (width, width))
 
     def tables(c: int, cycle: Cycle, chunks: list[Region]):
         parts = [_landing(slot, k, c, chunks) for slot in slots]
@@ -207,9 +169,9 @@ def plan_multiring_reduce_scatter(call: Call) -> Program:
             return parts[step % 2][j]
         return partial, partial
 
-    steps = _multiring_reduce_steps(p, rank, cycles, segment_count(call), source, width,
-                                    tables)
-    return Program(tuple(steps), scratch=2 * width)
+    program = _multiring_reduce_scatter(p, rank, cycles, segment_count(call), source, width,
+                                        tables)
+    return replace(program, scratch=2 * width)
 
 
 @register("allreduce", "multiring", family="multiring", source="seed 000 (TASP)",
@@ -237,7 +199,7 @@ def plan_multiring_allreduce(call: Call) -> Program:
         sums = [_chunk(result[v], k, c) for v in cycle]
         return (lambda step, j: into[j]), (lambda step, j: sums[j])
 
-    steps = _multiring_reduce_steps(p, rank, cycles, segment_count(call), source, width,
-                                    tables)
-    steps += _multiring_allgather_steps(p, rank, cycles, result)
-    return Program(tuple(steps), scratch=width)
+    reduce = _multiring_reduce_scatter(p, rank, cycles, segment_count(call), source, width,
+                                       tables)
+    gather = _multiring_allgather(p, rank, cycles, result)
+    return replace(sequence(reduce, gather), scratch=width)

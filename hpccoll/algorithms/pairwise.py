@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..registry import POWER_OF_TWO, Cost, register
-from ..schedule import RECV, SEND, Call, Copy, Program, Recv, Region, Send, Step
+from ..schedule import Call, Program, ProgramBuilder, alltoall_blocks
 
 
 def one_factor_rounds(p: int) -> int:
@@ -47,26 +47,22 @@ def xor_partner(p: int, rank: int, i: int) -> int:
 
 def _pairwise_program(call: Call, rounds: int, partner: Callable[[int, int, int], int]
                       ) -> Program:
-    """One step per round, one send and one receive per step, own block copied in step 0.
+    """One step per round, an exchange with the round's partner (none when idle), the own
+    block copied in step 0.
 
     Zero-count messages are skipped on both sides: what ``rank`` sends to ``j``
     (``counts[j]``) is what ``j`` expects from ``rank`` (its ``recvcounts[rank]``).
     """
     p, rank = call.p, call.rank
-    out = [Region(SEND, d, c) for d, c in zip(call.sdispls, call.counts)]
-    into = [Region(RECV, d, c) for d, c in zip(call.rdispls, call.recvcounts)]
-    steps = []
+    out, into = alltoall_blocks(call)
+    steps = ProgramBuilder(rounds)
     for i in range(rounds):
         peer = partner(p, rank, i)
-        if peer == rank:
-            steps.append(Step())
-            continue
-        steps.append(Step(sends=(Send(peer, (out[peer],)),) if out[peer].count else (),
-                          recvs=(Recv(peer, (into[peer],)),) if into[peer].count else ()))
+        if peer != rank:
+            steps[i].exchange(peer, out[peer], into[peer])
     if into[rank].count:
-        first = steps[0] if steps else Step()
-        steps[:1] = [Step(first.sends, first.recvs, (Copy(out[rank], into[rank]),))]
-    return Program(tuple(steps))
+        steps.first().copy(out[rank], into[rank])
+    return steps.program()
 
 
 @register(("alltoall", "alltoallv"), "pairwise", family="pairwise", source="seed 003",

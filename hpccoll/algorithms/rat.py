@@ -45,21 +45,8 @@ from __future__ import annotations
 import functools
 
 from ..registry import Cost, register
-from ..schedule import (
-    SCRATCH,
-    Call,
-    Copy,
-    Program,
-    Recv,
-    Reduce,
-    Region,
-    Send,
-    Step,
-    one_rank,
-    segment_count,
-    segments,
-    vector_blocks,
-)
+from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, one_rank,
+                        segment_count, segments, vector_blocks)
 
 
 class _Levels:
@@ -134,19 +121,17 @@ def _plan_trees(call: Call, topology) -> Program:
     if p == 1:
         return one_rank(source[0], result[0])
     levels = _levels(p, topology)
-    up = {level: s for s, level in enumerate(levels.active)}
-    last = 2 * len(levels.active) - 1
+    up = {level: s for s, level in enumerate(levels.active)}     # level -> its step going up
+    last = 2 * len(levels.active) - 1                             # going down: last - s
     seg = segment_count(call)
-    sends: list[list[Send]] = [[] for _ in range(last + 1)]
-    recvs: list[list[Recv]] = [[] for _ in range(last + 1)]
-    local: list[list[Copy]] = [[] for _ in range(last + 1)]
+    steps = ProgramBuilder(last + 1)
     landing = [0] * (last + 1)            # scratch used by each step's incoming partial sums
 
     for t in range(p):
         if not shards[t]:
             continue
         path = levels.path(rank, t)
-        pieces = segments(result[t], seg) if shards[t] > seg else [result[t]]
+        pieces = segments(result[t], seg)
         # the first level whose aggregator is someone else (None for the root)
         parent_level = next((i for i, a in enumerate(path) if a != rank), None)
         holds = source[t]                 # where this rank's value of shard t is
@@ -157,26 +142,23 @@ def _plan_trees(call: Call, topology) -> Program:
             if not kids:
                 continue
             s = up[level]
-            if holds != result[t]:
-                local[s].append(Copy(holds, result[t]))
-                holds = result[t]
+            steps[s].copy(holds, result[t])
+            holds = result[t]
             for kid in kids:
                 for piece in pieces:
                     slot = Region(SCRATCH, landing[s], piece.count)
                     landing[s] += piece.count
-                    recvs[s].append(Recv(kid, (slot,), (Reduce(piece, (piece, slot)),)))
-            down = last - s
-            sends[down] += [Send(kid, (piece,)) for kid in kids for piece in pieces]
+                    steps[s].recv(kid, slot, on_arrival=(Reduce(piece, (piece, slot)),))
+            for kid in kids:
+                for piece in pieces:
+                    steps[last - s].send(kid, piece)
         if parent_level is not None:
             s, parent = up[parent_level], path[parent_level]
-            out = pieces if holds == result[t] else \
-                segments(holds, seg) if shards[t] > seg else [holds]
-            sends[s] += [Send(parent, (piece,)) for piece in out]
-            recvs[last - s] += [Recv(parent, (piece,)) for piece in pieces]
-
-    steps = tuple(Step(tuple(sends[s]), tuple(recvs[s]), tuple(local[s]))
-                  for s in range(last + 1))
-    return Program(steps, scratch=max(landing))
+            for piece in segments(holds, seg):
+                steps[s].send(parent, piece)
+            for piece in pieces:
+                steps[last - s].recv(parent, piece)
+    return steps.program(scratch=max(landing))
 
 
 # elements the busiest rank sends without a topology (rank 0, the largest shard): every

@@ -7,43 +7,53 @@ peer (alltoall), gamma the per-byte reduction time.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ..registry import Cost, register
-from ..schedule import (
-    RECV,
-    SCRATCH,
-    SEND,
-    Call,
-    Copy,
-    Program,
-    Recv,
-    Reduce,
-    Region,
-    Send,
-    Step,
-    merge_adjacent,
-    offsets,
-    one_rank,
-    segment_count,
-    segments,
-    vector_blocks,
-)
+from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, ProgramBuilder, Reduce, Region,
+                        allgather_blocks, allgather_from_input, blocks, merge_adjacent, one_rank,
+                        reduce_scatter_blocks, segment_count, segments, sequence, vector_blocks)
 
 
-def _ring_allgather_steps(p: int, rank: int, blocks: list[Region]) -> list[Step]:
-    """p-1 steps: in step k rank r forwards block r-k to r+1 and receives block r-k-1."""
+def ring_allgather(p: int, rank: int, result: list[Region]) -> Program:
+    """The ring allgather of ``result`` (block r from rank r), in place: p-1 steps; in step k
+    rank r forwards block r-k to r+1 and receives block r-k-1."""
     right, left = (rank + 1) % p, (rank - 1) % p
-    steps = []
+    steps = ProgramBuilder()
     for k in range(p - 1):
-        out, into = blocks[(rank - k) % p], blocks[(rank - k - 1) % p]
-        steps.append(Step(sends=(Send(right, (out,)),) if out.count else (),
-                          recvs=(Recv(left, (into,)),) if into.count else ()))
-    return steps
+        step = steps.step()
+        step.send(right, result[(rank - k) % p])
+        step.recv(left, result[(rank - k - 1) % p])
+    return steps.program()
 
 
-def _with_local(step: Step, *ops: Copy) -> Step:
-    return Step(step.sends, step.recvs, step.local + tuple(op for op in ops if op.dst.count))
+def ring_reduce_scatter(p: int, rank: int, source: list[Region],
+                        staging: Callable[[int, int], Region],
+                        partial: Callable[[int, int], Region], segment: int) -> Program:
+    """The ring reduce-scatter of blocks ``source[0..p-1]``: p-1 steps.
+
+    In step k rank r sends the partial sum of block r-k-1 (for k = 0 its own ``source``
+    block, later ``partial(k-1, r-k-1)``) to r+1, and receives the partial sum of block j = r-k-2
+    into ``staging(k, j)``; on arrival ``partial(k, j) = source[j] op staging(k, j)``.  After
+    the last step ``partial(p-2, r)`` holds the fully reduced block r.  Messages are cut into
+    segments of ``segment`` elements, each reduced as soon as it lands, so reduction overlaps
+    the transfer of the rest.  The caller sizes the scratch its regions need.
+    """
+    right, left = (rank + 1) % p, (rank - 1) % p
+    steps = ProgramBuilder()
+    for k in range(p - 1):
+        step = steps.step()
+        out_block, j = (rank - k - 1) % p, (rank - k - 2) % p
+        out = source[out_block] if k == 0 else partial(k - 1, out_block)
+        into, acc, own = staging(k, j), partial(k, j), source[j]
+        for piece in segments(out, segment):
+            step.send(right, piece)
+        for piece in segments(into, segment):
+            at = piece.offset - into.offset
+            step.recv(left, piece, on_arrival=(
+                Reduce(acc.sub(at, piece.count), (own.sub(at, piece.count), piece)),))
+    return steps.program()
 
 
 @register("allgather", "ring", family="ring", source="classic ring (seed 000's baseline)",
@@ -53,46 +63,8 @@ def plan_ring_allgather(call: Call) -> Program:
 
     Rounds p-1; bytes sent per rank (p-1)n; time (p-1)(alpha + n beta).  Any p, uneven blocks.
     """
-    p, rank = call.p, call.rank
-    blocks = [Region(RECV, o, c) for o, c in zip(offsets(call.counts), call.counts)]
-    own = blocks[rank]
-    steps = _ring_allgather_steps(p, rank, blocks)
-    if call.in_place:
-        return Program(tuple(steps))
-    copy_own = Copy(Region(SEND, 0, own.count), own)
-    if not steps:
-        return Program((_with_local(Step(), copy_own),))
-    # step 0 sends straight from the send buffer while the own block is copied over
-    first = steps[0]
-    sends = (Send(first.sends[0].peer, (copy_own.src,)),) if first.sends else ()
-    steps[0] = _with_local(Step(sends, first.recvs), copy_own)
-    return Program(tuple(steps))
-
-
-def _ring_reduce_steps(p: int, rank: int, seg: int, source: list[Region],
-                       staging: Callable[[int, int], Region],
-                       partial: Callable[[int, int], Region]) -> list[Step]:
-    """The p-1 steps of a ring reduce-scatter over blocks ``source[0..p-1]``.
-
-    In step k rank r sends the partial sum of block r-k-1 (for k = 0 its own ``source``
-    block, later ``partial(k-1, r-k-1)``) to r+1, and receives the partial sum of block j = r-k-2
-    into ``staging(k, j)``; on arrival ``partial(k, j) = source[j] op staging(k, j)``.  After
-    the last step ``partial(p-2, r)`` holds the fully reduced block r.  Messages are cut into
-    segments of ``seg`` elements, each reduced as soon as it lands, so reduction overlaps the
-    transfer of the rest.
-    """
-    right, left = (rank + 1) % p, (rank - 1) % p
-    steps = []
-    for k in range(p - 1):
-        out_block, j = (rank - k - 1) % p, (rank - k - 2) % p
-        out = source[out_block] if k == 0 else partial(k - 1, out_block)
-        into, acc, own = staging(k, j), partial(k, j), source[j]
-        sends = tuple(Send(right, (s,)) for s in segments(out, seg))
-        recvs = tuple(Recv(left, (into.sub(o, c),),
-                           (Reduce(acc.sub(o, c), (own.sub(o, c), into.sub(o, c))),))
-                      for o, c in ((s.offset - into.offset, s.count) for s in segments(into, seg)))
-        steps.append(Step(sends, recvs))
-    return steps
+    result, _ = allgather_blocks(call)
+    return allgather_from_input(call, ring_allgather(call.p, call.rank, result))
 
 
 @register("reduce_scatter", "ring", family="ring", source="classic ring",
@@ -106,18 +78,17 @@ def plan_ring_reduce_scatter(call: Call) -> Program:
     fills) and are reduced there in place; the last one lands in the result.
     """
     p, rank, counts = call.p, call.rank, call.counts
-    source = [Region(SEND, o, c) for o, c in zip(offsets(counts), counts)]
-    result = Region(RECV, 0, counts[rank])
+    source, result = reduce_scatter_blocks(call)
     if p == 1:
         return one_rank(source[0], result)
     width = max(counts)
-    slots = [[Region(SCRATCH, s * width, c) for c in counts] for s in (0, 1)]
+    slots = blocks(SCRATCH, (width, width))
 
     def partial(k: int, j: int) -> Region:
-        return result if j == rank else slots[k % 2][j]
+        return result if j == rank else slots[k % 2].sub(0, counts[j])
 
-    steps = _ring_reduce_steps(p, rank, segment_count(call), source, partial, partial)
-    return Program(tuple(steps), scratch=2 * width)
+    program = ring_reduce_scatter(p, rank, source, partial, partial, segment_count(call))
+    return replace(program, scratch=2 * width)
 
 
 @register("allreduce", "ring", family="ring",
@@ -135,10 +106,10 @@ def plan_ring_allreduce(call: Call) -> Program:
     counts, source, result = vector_blocks(call)
     if p == 1:
         return one_rank(source[0], result[0])
-    steps = _ring_reduce_steps(p, rank, segment_count(call), source,
-                               lambda k, j: Region(SCRATCH, 0, counts[j]), lambda k, j: result[j])
-    steps += _ring_allgather_steps(p, rank, result)
-    return Program(tuple(steps), scratch=counts[0])
+    landing = Region(SCRATCH, 0, counts[0])
+    reduce = ring_reduce_scatter(p, rank, source, lambda k, j: landing.sub(0, counts[j]),
+                                 lambda k, j: result[j], segment_count(call))
+    return replace(sequence(reduce, ring_allgather(p, rank, result)), scratch=counts[0])
 
 
 Piece = tuple[int, int]  # (offset inside the destination block, count)
@@ -154,7 +125,7 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
     Incoming messages alternate between two scratch slots per direction.
     """
     p, rank, n = call.p, call.rank, call.counts[0]
-    own = Copy(Region(SEND, rank * n, n), Region(RECV, rank * n, n))
+    mine, result = blocks(SEND, (n,) * p), blocks(RECV, (n,) * p)
     rounds = max((len(pieces) for pieces in directions.values()), default=0)
     layout, scratch = {}, 0
     for d, pieces in directions.items():
@@ -163,9 +134,9 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
             remaining[i] = remaining[i + 1] + pieces[i][1]
         layout[d] = (scratch, remaining)
         scratch += 2 * remaining[0]
-    steps = []
+    steps = ProgramBuilder(rounds)
     for k in range(1, rounds + 1):
-        sends, recvs = [], []
+        step = steps[k - 1]
         for d, pieces in directions.items():
             base, remaining = layout[d]
             slot = [base, base + remaining[0]]
@@ -173,24 +144,21 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
             if not total:
                 continue
             if k == 1:
-                out = merge_adjacent(Region(SEND, ((rank + d * dist) % p) * n + off, c)
+                out = merge_adjacent(mine[(rank + d * dist) % p].sub(off, c)
                                      for dist, (off, c) in enumerate(pieces, 1))
             else:
                 out = (Region(SCRATCH, slot[(k - 1) % 2] + pieces[k - 2][1], total),)
-            sends.append(Send((rank + d) % p, out))
+            step.send((rank + d) % p, *out)
             off, kept = pieces[k - 1]
-            mine = Region(RECV, ((rank - d * k) % p) * n + off, kept)
+            keep = result[(rank - d * k) % p].sub(off, kept)
             if kept == total:
-                recvs.append(Recv((rank - d) % p, (mine,)))
+                step.recv((rank - d) % p, keep)
             else:
                 landing = Region(SCRATCH, slot[k % 2], total)
-                recvs.append(Recv((rank - d) % p, (landing,),
-                                  (Copy(landing.sub(0, kept), mine),) if kept else ()))
-        local = (own,) if k == 1 and n else ()
-        steps.append(Step(tuple(sends), tuple(recvs), local))
-    if not steps and n:
-        steps.append(Step(local=(own,)))
-    return Program(tuple(steps), scratch)
+                step.recv((rank - d) % p, landing, on_arrival=(Copy(landing.sub(0, kept), keep),))
+    if n:
+        steps.first().copy(mine[rank], result[rank])
+    return steps.program(scratch)
 
 
 @register("alltoall", "ring", family="ring", source="seed 003",

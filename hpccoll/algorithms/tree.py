@@ -13,15 +13,15 @@ the per-element time, gamma the per-element reduction time, k the chain's segmen
 from __future__ import annotations
 
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, Call, Program, Recv, Reduce, Region, Send, Step,
-                        even_split, offsets, one_rank, segment_count, segments)
+from ..schedule import (RECV, SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, blocks,
+                        even_split, one_rank, relabel, segment_count, segments, sequence, span)
 
 CHAIN_SEGMENT_BYTES = 256 << 10
 
 
-def _real(call: Call, v: int) -> int:
-    """The rank of relative rank ``v``."""
-    return (v + call.root) % call.p
+def _from_root(call: Call, program: Program) -> Program:
+    """A program written for relative ranks (the root is 0) run by the real ranks."""
+    return relabel(program, [(v + call.root) % call.p for v in range(call.p)])
 
 
 def _relative(call: Call) -> int:
@@ -40,29 +40,9 @@ def _accumulator(call: Call, n: int) -> tuple[Region, int]:
     return Region(SCRATCH, 0, n), n
 
 
-def _blocks(n: int, p: int, first: int, stop: int, buffer: str) -> Region:
-    """Blocks ``first..stop-1`` of the vector cut into p even blocks, as one region."""
-    at = offsets(even_split(n, p)) + (n,)
-    return Region(buffer, at[first], at[min(stop, p)] - at[first])
-
-
-def _transfer(step: dict, peer: int, region: Region, receive: bool,
-              arrival: tuple = ()) -> None:
-    """Add a send (or a receive, with on-arrival ops) of ``region`` to ``step``; nothing for
-    an empty region (both sides see the same counts)."""
-    if region.count:
-        if receive:
-            step["recvs"].append(Recv(peer, (region,), arrival))
-        else:
-            step["sends"].append(Send(peer, (region,)))
-
-
-def _program(steps: list[dict], scratch: int = 0) -> Program:
-    return Program(tuple(Step(tuple(s["sends"]), tuple(s["recvs"])) for s in steps), scratch)
-
-
-def _new_steps(count: int) -> list[dict]:
-    return [{"sends": [], "recvs": []} for _ in range(count)]
+def _pieces(call: Call, buffer: str) -> list[Region]:
+    """The vector in ``buffer`` cut into p even blocks (block v: relative rank v's)."""
+    return blocks(buffer, even_split(call.counts[0], call.p))
 
 
 # ------------------------------------------------------------------------------ broadcast
@@ -75,47 +55,44 @@ def plan_binomial_bcast(call: Call) -> Program:
 
     Rounds ceil(log2 p); the root sends n ceil(log2 p); time ceil(log2 p)(alpha + n beta).
     Best for small messages."""
-    p, v, n = call.p, _relative(call), call.counts[0]
-    whole = Region(RECV, 0, n)
-    steps = _new_steps(_rounds(p))
-    for s, step in enumerate(steps):
+    p, v = call.p, _relative(call)
+    whole = Region(RECV, 0, call.counts[0])
+    plan = ProgramBuilder(_rounds(p))
+    for s in range(_rounds(p)):
         mask = 1 << s
         if v < mask and v + mask < p:
-            _transfer(step, _real(call, v + mask), whole, receive=False)
+            plan[s].send(v + mask, whole)
         elif mask <= v < 2 * mask:
-            _transfer(step, _real(call, v - mask), whole, receive=True)
-    return _program(steps)
+            plan[s].recv(v - mask, whole)
+    return _from_root(call, plan.program())
 
 
-def _scatter_steps(call: Call, buffer: str) -> list[dict]:
-    """Binomial scatter of the p blocks from the root: in round s (halving masks) a rank that
-    holds blocks v..v+2m-1 sends the upper half to v+m; afterwards rank v holds block v."""
-    p, v, n = call.p, _relative(call), call.counts[0]
-    steps = _new_steps(_rounds(p))
-    for s, step in enumerate(steps):
-        mask = 1 << (len(steps) - 1 - s)
+def _scatter(call: Call, pieces: list[Region]) -> Program:
+    """Binomial scatter of the p blocks from the root (relative ranks): in round s (halving
+    masks) a rank holding blocks v..v+2m-1 sends the upper half to v+m; then rank v holds
+    block v."""
+    p, v = call.p, _relative(call)
+    plan = ProgramBuilder(_rounds(p))
+    for s in range(_rounds(p)):
+        mask = 1 << (_rounds(p) - 1 - s)
         if v % (2 * mask) == 0 and v + mask < p:
-            _transfer(step, _real(call, v + mask),
-                      _blocks(n, p, v + mask, v + 2 * mask, buffer), receive=False)
+            plan[s].send(v + mask, span(pieces, v + mask, v + 2 * mask))
         elif v % (2 * mask) == mask:
-            _transfer(step, _real(call, v - mask), _blocks(n, p, v, v + mask, buffer),
-                      receive=True)
-    return steps
+            plan[s].recv(v - mask, span(pieces, v, v + mask))
+    return plan.program()
 
 
-def _gather_steps(call: Call, buffer: str) -> list[dict]:
-    """The mirror of :func:`_scatter_steps`: block v of every rank v gathered to the root."""
-    p, v, n = call.p, _relative(call), call.counts[0]
-    steps = _new_steps(_rounds(p))
-    for s, step in enumerate(steps):
+def _gather(call: Call, pieces: list[Region]) -> Program:
+    """The mirror of :func:`_scatter`: block v of every relative rank v gathered to the root."""
+    p, v = call.p, _relative(call)
+    plan = ProgramBuilder(_rounds(p))
+    for s in range(_rounds(p)):
         mask = 1 << s
         if v % (2 * mask) == mask:
-            _transfer(step, _real(call, v - mask), _blocks(n, p, v, v + mask, buffer),
-                      receive=False)
+            plan[s].send(v - mask, span(pieces, v, v + mask))
         elif v % (2 * mask) == 0 and v + mask < p:
-            _transfer(step, _real(call, v + mask),
-                      _blocks(n, p, v + mask, v + 2 * mask, buffer), receive=True)
-    return steps
+            plan[s].recv(v + mask, span(pieces, v + mask, v + 2 * mask))
+    return plan.program()
 
 
 @register("bcast", "scatter_allgather", family="tree",
@@ -128,14 +105,13 @@ def plan_scatter_allgather_bcast(call: Call) -> Program:
 
     Rounds ceil(log2 p) + p - 1; the root sends 2(p-1)/p n; time
     (ceil(log2 p) + p - 1) alpha + 2(p-1)/p n beta: for long messages."""
-    p, v, n = call.p, _relative(call), call.counts[0]
-    ring = _new_steps(p - 1)
-    for k, step in enumerate(ring):
-        _transfer(step, _real(call, v + 1), _blocks(n, p, (v - k) % p, (v - k) % p + 1, RECV),
-                  receive=False)
-        held = (v - k - 1) % p
-        _transfer(step, _real(call, v - 1), _blocks(n, p, held, held + 1, RECV), receive=True)
-    return _program(_scatter_steps(call, RECV) + ring)
+    p, v = call.p, _relative(call)
+    pieces = _pieces(call, RECV)
+    ring = ProgramBuilder(p - 1)
+    for k in range(p - 1):
+        ring[k].send((v + 1) % p, pieces[(v - k) % p])
+        ring[k].recv((v - 1) % p, pieces[(v - k - 1) % p])
+    return _from_root(call, sequence(_scatter(call, pieces), ring.program()))
 
 
 def _chain_segments(call: Call, region: Region) -> list[Region]:
@@ -152,13 +128,13 @@ def plan_chain_bcast(call: Call) -> Program:
     bandwidth-optimal for long messages."""
     p, v = call.p, _relative(call)
     pieces = _chain_segments(call, Region(RECV, 0, call.counts[0]))
-    steps = _new_steps(len(pieces) + p - 2 if pieces and p > 1 else 0)
+    plan = ProgramBuilder(len(pieces) + p - 2 if pieces and p > 1 else 0)
     for j, piece in enumerate(pieces):
         if v > 0:
-            _transfer(steps[j + v - 1], _real(call, v - 1), piece, receive=True)
+            plan[j + v - 1].recv(v - 1, piece)
         if v < p - 1:
-            _transfer(steps[j + v], _real(call, v + 1), piece, receive=False)
-    return _program(steps)
+            plan[j + v].send(v + 1, piece)
+    return _from_root(call, plan.program())
 
 
 # --------------------------------------------------------------------------------- reduce
@@ -172,22 +148,20 @@ def plan_binomial_reduce(call: Call) -> Program:
 
     Rounds ceil(log2 p); each rank sends n once; time ceil(log2 p)(alpha + n beta + n gamma)."""
     p, v, n = call.p, _relative(call), call.counts[0]
-    source = Region(call.input, 0, n)
+    partial = Region(call.input, 0, n)
     if p == 1 or not n:
-        return one_rank(source, Region(RECV, 0, n))
+        return one_rank(partial, Region(RECV, 0, n))
     acc, at = _accumulator(call, n)
     arriving = Region(SCRATCH, at, n)
-    steps = _new_steps(_rounds(p))
-    partial = source
-    for s, step in enumerate(steps):
+    plan = ProgramBuilder(_rounds(p))
+    for s in range(_rounds(p)):
         mask = 1 << s
         if v % (2 * mask) == mask:
-            _transfer(step, _real(call, v - mask), partial, receive=False)
+            plan[s].send(v - mask, partial)
         elif v % (2 * mask) == 0 and v + mask < p:
-            _transfer(step, _real(call, v + mask), arriving, receive=True,
-                      arrival=(Reduce(acc, (partial, arriving)),))
+            plan[s].recv(v + mask, arriving, on_arrival=(Reduce(acc, (partial, arriving)),))
             partial = acc
-    return _program(steps, at + n if partial == acc else 0)
+    return _from_root(call, plan.program(at + n if partial == acc else 0))
 
 
 @register("reduce", "reduce_scatter_gather", family="tree",
@@ -207,20 +181,17 @@ def plan_reduce_scatter_gather_reduce(call: Call) -> Program:
     if p == 1 or not n:
         return one_rank(Region(call.input, 0, n), Region(RECV, 0, n))
     acc, at = _accumulator(call, n)
+    own, partial = _pieces(call, call.input), _pieces(call, acc.buffer)
     arriving = Region(SCRATCH, at, -(-n // p))
-
-    def block(buffer: str, b: int) -> Region:
-        return _blocks(n, p, b, b + 1, buffer)
-    ring = _new_steps(p - 1)
-    for k, step in enumerate(ring):
-        out = (v - k - 1) % p
-        _transfer(step, _real(call, v + 1), block(call.input if k == 0 else acc.buffer, out),
-                  receive=False)
-        into = (v - k - 2) % p
-        part = block(acc.buffer, into)
-        _transfer(step, _real(call, v - 1), arriving.sub(0, part.count), receive=True,
-                  arrival=(Reduce(part, (block(call.input, into), arriving.sub(0, part.count))),))
-    return _program(ring + _gather_steps(call, acc.buffer), at + arriving.count)
+    ring = ProgramBuilder(p - 1)
+    for k in range(p - 1):
+        out, into = (v - k - 1) % p, (v - k - 2) % p
+        ring[k].send((v + 1) % p, own[out] if k == 0 else partial[out])
+        landed = arriving.sub(0, partial[into].count)
+        ring[k].recv((v - 1) % p, landed,
+                     on_arrival=(Reduce(partial[into], (own[into], landed)),))
+    gather = _gather(call, partial)
+    return _from_root(call, sequence(ring.program(at + arriving.count), gather))
 
 
 @register("reduce", "chain", family="tree", source="pipelined chain",
@@ -239,14 +210,12 @@ def plan_chain_reduce(call: Call) -> Program:
     sources = _chain_segments(call, Region(call.input, 0, n))
     partials = _chain_segments(call, acc)
     arriving = Region(SCRATCH, at, sources[0].count)
-    steps = _new_steps(len(sources) + p - 2)
+    plan = ProgramBuilder(len(sources) + p - 2)
     last = v == p - 1
     for j, (own, partial) in enumerate(zip(sources, partials)):
         if not last:
             into = arriving.sub(0, own.count)
-            _transfer(steps[j + p - 2 - v], _real(call, v + 1), into, receive=True,
-                      arrival=(Reduce(partial, (own, into)),))
+            plan[j + p - 2 - v].recv(v + 1, into, on_arrival=(Reduce(partial, (own, into)),))
         if v > 0:
-            _transfer(steps[j + p - 1 - v], _real(call, v - 1), own if last else partial,
-                      receive=False)
-    return _program(steps, at + (0 if last else arriving.count))
+            plan[j + p - 1 - v].send(v - 1, own if last else partial)
+    return _from_root(call, plan.program(at + (0 if last else arriving.count)))
