@@ -20,6 +20,11 @@ import numpy as np
 
 from .schedule import RECV, SEND, Call, Region, even_split, offsets
 
+# the element types every collective takes (those with an MPI datatype and Numba kernels)
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
+
 NativeArgs = Callable[[Any, Any], tuple]       # (send, recv) -> mpi4py call arguments
 
 

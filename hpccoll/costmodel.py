@@ -44,11 +44,11 @@ MACHINES = {
     "shared-memory": Machine("shared-memory", _SHARED, _SHARED, step_overhead=3e-6),
     # CPU nodes on a 100 Gb/s fabric
     "cluster": Machine("cluster", _SHARED, Link(3e-6, 12.5e9, False), step_overhead=3e-6),
-    # 8 H100 per node, NVLink full mesh (the seed's 64 GB/s per directed link), one
+    # 8 H100 per node, NVLink full mesh (the TASP paper's 64 GB/s per directed link), one
     # 400 Gb/s NIC per GPU between nodes; GPU reductions at HBM speed
     "h100": Machine("h100", Link(2e-6, 64e9, True), Link(5e-6, 50e9, False),
                     step_overhead=5e-6, reduce_bandwidth=1e12, copy_bandwidth=1e12),
-    # the same with the seed's slow 6.25 GB/s inter-node links
+    # the same with the TASP paper's slow 6.25 GB/s inter-node links
     "h100-slow-ib": Machine("h100-slow-ib", Link(2e-6, 64e9, True), Link(5e-6, 6.25e9, False),
                             step_overhead=5e-6, reduce_bandwidth=1e12, copy_bandwidth=1e12),
 }

@@ -73,7 +73,7 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
              requires: tuple[Constraint, ...] = (), cost: Cost | None = None,
              source: str = "") -> Callable[[Planner], Planner]:
     """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives, with
-    its constraints, its :class:`Cost` and the seed or paper it comes from."""
+    its constraints, its :class:`Cost` and the paper it comes from."""
     names = (collective,) if isinstance(collective, str) else collective
 
     def decorate(planner: Planner) -> Planner:

@@ -1,6 +1,6 @@
 """Traffic analysis of per-rank programs: bytes across region boundaries, dependency chains.
 
-Pure (no MPI, no data): it reads only the messages of the programs (the seed 001's Table 1
+Pure (no MPI, no data): it reads only the messages of the programs (the RAT paper's Table 1
 measures, for any registered algorithm).
 
 * **Cross-region bytes.**  A message from rank a to rank b crosses the boundary of level l
@@ -13,9 +13,9 @@ measures, for any registered algorithm).
   among the messages it depends on (1 when none); the *dependency chain* of the programs is
   the longest chain of any message: the number of message hops on the critical path
   through the step structure, so the number of hops a stalled link or paused rank can
-  hold up in sequence (the seed's "chain blocking").  Ring allreduce: 2(p-1); PS: 2;
+  hold up in sequence (the RAT paper's "chain blocking").  Ring allreduce: 2(p-1); PS: 2;
   RAT: 2(l+1); recursive doubling: log2 p.
-* **Stalled share.**  With one rank paused from the start (the seed's straggler), the share
+* **Stalled share.**  With one rank paused from the start (the RAT paper's straggler), the share
   of all bytes whose sending must wait for it: its own messages and, transitively, those
   of every rank that receives, in an earlier step, from a rank that must wait.  The rest can
   flow meanwhile.  A ring holds up about 3/4 of its bytes (the stall travels one hop a

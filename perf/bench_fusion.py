@@ -1,4 +1,4 @@
-"""Bidirectional operator fusion (seed 004, SW-IntraCC, Tables 3 and 4) with NumPy on CPU.
+"""Bidirectional operator fusion (the SW-IntraCC paper, Tables 3 and 4) with NumPy on CPU.
 
 Two patterns of a tensor-parallel transformer layer, each unfused (private arrays and an
 ordinary hpccoll collective, ``native`` or ``ring``) and fused (the zero-copy
@@ -51,7 +51,7 @@ import hpccoll  # noqa: E402
 from hpccoll.runtime import kernels  # noqa: E402
 from hpccoll.shared import SharedAllgather, SharedAllreduce  # noqa: E402
 
-SEED_SAVING = {"AG": 59, "RS": 35}     # the seed's best savings of communication time, %
+PAPER_SAVING = {"AG": 59, "RS": 35}     # the SW-IntraCC paper's best savings of communication time, %
 UNFUSED = ("native", "ring")
 INNER = 64                             # GEMM dimension that is not the collective's
 DROP = 0.1
@@ -248,8 +248,8 @@ def host() -> str:
 def report(args, p, records, kernel) -> None:
     print(f"`{command(p)}`  ({host()}; BLAS threads per rank: "
           f"{os.environ['OPENBLAS_NUM_THREADS']})\n")
-    print(f"Seed 004 (Sunway card, 4 core groups): fusion saves up to {SEED_SAVING['AG']}% of "
-          f"CSC-AG's and {SEED_SAVING['RS']}% of CSC-RS's communication time.  Here: one "
+    print(f"SW-IntraCC paper (Sunway card, 4 core groups): fusion saves up to {PAPER_SAVING['AG']}% of "
+          f"CSC-AG's and {PAPER_SAVING['RS']}% of CSC-RS's communication time.  Here: one "
           f"CPU host, {p} MPI ranks, NumPy float32, hidden {args.hidden}, GEMM inner "
           f"dimension {INNER}; median over {args.iters} (largest size) to {8 * args.iters} "
           f"iterations of the slowest rank, variants interleaved.\n")

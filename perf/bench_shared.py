@@ -1,4 +1,4 @@
-"""Zero-copy shared-result collectives against the native ones (seed 004's three-tier idea).
+"""Zero-copy shared-result collectives against the native ones (the SW-IntraCC paper's three-tier idea).
 
 ``SharedAllgather.run()`` leaves the gathered result in the node's shared segment (one copy
 per node, read in place), ``SharedAllreduce.run()`` likewise for the reduced vector; the

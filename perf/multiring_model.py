@@ -1,5 +1,5 @@
 """What the alpha-beta cost model predicts for the multi-ring allgather against the ring, in
-the seed's (000, TASP) configurations, beside what the seed measured.
+the TASP paper's configurations, beside what the paper measured.
 
 Configurations: one node of 8 H100 (NVLink, 64 GB/s per directed link, links in parallel:
 preset ``h100``); 2 and 4 nodes of 8 with 50 GB/s (``h100``) or 6.25 GB/s (``h100-slow-ib``)
@@ -7,7 +7,7 @@ inter-node links, one NIC per GPU.  For each, an IN_PLACE float32 allgather of 1
 MiB per rank (a Ring Attention KV exchange keeps its own block in place), planned by the
 registered ``ring`` and ``multiring`` planners and timed by :func:`hpccoll.costmodel.predict`.
 On several nodes the multiring uses the topology-aware cycles (``decompose_multinode``) and,
-for comparison, the flat ones (``decompose(p)``, option ``decomposition="flat"``; the seed's
+for comparison, the flat ones (``decompose(p)``, option ``decomposition="flat"``; the TASP paper's
 naive decomposition).  Prints a markdown table; takes a few seconds.
 
 Usage: python perf/multiring_model.py
@@ -87,7 +87,7 @@ def main() -> int:
     print()
     head = ["configuration", "machine preset", "per rank", "cycles k", "ring (ms)",
             "multiring (ms)", "predicted speedup", "flat cycles: speedup",
-            "seed 000 measured (end-to-end attention)"]
+            "TASP paper, measured (end-to-end attention)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for row in rows():
@@ -105,11 +105,11 @@ def main() -> int:
   however slow the inter-node links; against an MPI/NCCL ring that already stripes over all
   NICs (several channels) that part of the gain would not exist.  The flat decomposition
   (decompose(p)) sends about half of every rank's messages across nodes each step, which the
-  model puts well below the topology-aware one, the seed's argument for its decomposition.
-- The seed's 2.31x (H100) and 3.58x (MI300X) are maxima of end-to-end attention speedups
+  model puts well below the topology-aware one, the TASP paper's argument for its decomposition.
+- The TASP paper's 2.31x (H100) and 3.58x (MI300X) are maxima of end-to-end attention speedups
   over Ring Attention (communication overlapped with FlashAttention compute, compute/comm
   ratio below 1), not raw collective times, so they are not directly comparable with this
-  table; the seed reports its multi-node results (2 and 4 H100 nodes) only as figures, with
+  table; the paper reports its multi-node results (2 and 4 H100 nodes) only as figures, with
   the topology-aware decomposition keeping its speedup from 2 to 4 nodes and the naive one
   losing part of it.""")
     print()

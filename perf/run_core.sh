@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recorded runs of perf/README.md: every collective of the core issue at 2 and 4 ranks,
+# The recorded runs of perf/README.md: every benchmarked collective at 2 and 4 ranks,
 # 8 B to 16 MiB, all algorithms against native MPI in the same run.
 # Usage: bash perf/run_core.sh [ranks...]   (from the repository root, in the venv)
 set -euo pipefail
@@ -8,10 +8,10 @@ mkdir -p perf/results
 rank_counts=("$@")
 [ ${#rank_counts[@]} -gt 0 ] || rank_counts=(2 4)
 for ranks in "${rank_counts[@]}"; do
-  for collective in allgather reduce_scatter allreduce alltoall; do
+  for collective in allgather reduce_scatter allreduce alltoall bcast reduce; do
     launch "$ranks" hpccoll bench "$collective" -a all -m 8:16M -i 200 -x 20 \
       --json "perf/results/${collective}_${ranks}ranks.json"
   done
 done
-hpccoll report perf/results/{allgather,reduce_scatter,allreduce,alltoall}_{2,4}ranks.json \
+hpccoll report perf/results/{allgather,reduce_scatter,allreduce,alltoall,bcast,reduce}_{2,4}ranks.json \
   > perf/results/core_tables.md

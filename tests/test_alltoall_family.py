@@ -1,7 +1,8 @@
-"""The all-to-all families of seed 003 (pairwise/1-factor, XOR, hypercube, Bruck, 2-D mesh),
-checked without MPI by the verifier: matching, sizes, bounds, unwritten reads, hazards and
-the result, for every p up to 64 and for powers of two beyond; plus each algorithm's round
-count and bytes, the 1-factor pairing, and the options and constraints."""
+"""The all-to-all families of the article "All-to-all (parallel pattern)" (pairwise/1-factor,
+XOR, hypercube, Bruck, 2-D mesh), checked without MPI by the verifier: matching, sizes,
+bounds, unwritten reads, hazards and the result, for every p up to 64 and for powers of two
+beyond; plus each algorithm's round count and bytes, the 1-factor pairing, and the options
+and constraints."""
 
 from __future__ import annotations
 

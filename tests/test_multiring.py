@@ -1,4 +1,4 @@
-"""The multiring family (seed 000, TASP): allgather, reduce-scatter and allreduce over k
+"""The multiring family (the TASP paper): allgather, reduce-scatter and allreduce over k
 arc-disjoint Hamiltonian cycles, verified without MPI, its step structure, and what the cost
 model predicts against the ring."""
 

@@ -105,7 +105,7 @@ def _allreduce(p: int, n: int, topology=None, **kw) -> list[Call]:
     ("nodes=1,ppn=6", 1),                                   # one node: like PS
     ("nodes=6,ppn=1", 1),                                   # one rank per node: like PS
     ("nodes=3,ppn=2", 2),
-    ("racks=4,nodes_per_rack=4,ppn=1", 2),                  # the seed's l = 1
+    ("racks=4,nodes_per_rack=4,ppn=1", 2),                  # the RAT paper's l = 1
     ("racks=1,nodes_per_rack=4,ppn=2", 2),                  # a single rack adds nothing
     ("racks=2,nodes_per_rack=2,ppn=3", 3),
     ("racks=4,nodes_per_rack=1,ppn=2", 2),                  # one node per rack adds nothing

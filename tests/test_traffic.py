@@ -1,4 +1,4 @@
-"""The traffic analysis, and the seed 001's Table 1 reproduced with it: PS, ring and RAT on
+"""The traffic analysis, and the RAT paper's Table 1 reproduced with it: PS, ring and RAT on
 4 racks x 4 nodes (x 1 or 2 ranks)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_ring_chain_grows_with_p(p):
     assert traffic.analyze_algorithm("allreduce", "ps", calls).chain == 2
 
 
-# ------------------------------------------------------------------ the seed's Table 1
+# ------------------------------------------------------------------ the RAT paper's Table 1
 
 @pytest.mark.parametrize("ppn", [1, 2])
 def test_table_1_cross_rack_traffic_and_chains(ppn):
@@ -134,7 +134,7 @@ def test_rat_chain_stays_flat_as_ring_grows():
 
 
 def test_a_paused_rank_stalls_more_of_the_ring():
-    """The seed's straggler: with one rank paused, ring holds up about 3/4 of its bytes, PS
+    """The RAT paper's straggler: with one rank paused, ring holds up about 3/4 of its bytes, PS
     and RAT about half (the broadcast, which needs every rank's data in any allreduce)."""
     topology = from_spec("racks=4,nodes_per_rack=4,ppn=1")
     calls = [uniform_call("allreduce", 16, r, 1600, topology=topology) for r in range(16)]

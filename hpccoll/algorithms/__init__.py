@@ -1,6 +1,6 @@
 """Algorithm families; importing this package registers every planner.
 
-One module per family (DESIGN.md): each module's planners are pure functions
+One module per family (docs/DESIGN.md): each module's planners are pure functions
 ``Call -> Program`` registered with :func:`hpccoll.registry.register`.
 """
 

@@ -52,7 +52,7 @@ VALID_RADIX = Constraint("option radix is an integer >= 2",
 
 
 @register("alltoall", "bruck", family="bruck", requires=(VALID_RADIX,),
-          source="Bruck et al. 1997 (seed 003's reference)",
+          source="Bruck et al. 1997",
           cost=Cost("ceil(log2(p))", "n * popsum(p)", "⌈log2 p⌉α + n·Σpopcount(i<p)·β, radix 2"))
 def plan_bruck_alltoall(call: Call) -> Program:
     """Bruck all-to-all: ceil(log_r p) rounds for any p; round k forwards every block whose

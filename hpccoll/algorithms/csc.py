@@ -1,4 +1,4 @@
-"""Shared-window algorithms (seed 004, "cross shared communication"): the ranks of a node
+"""Shared-window algorithms (the SW-IntraCC paper, "cross shared communication"): the ranks of a node
 exchange data through the node's shared segment instead of sending it.
 
 Every rank writes its contribution into the window, the node synchronises once, and every
@@ -67,7 +67,7 @@ def _leaders_phase(call: Call, collective: str, counts: tuple[int, ...], *, in_p
 
 
 @register("allgather", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
-          source="seed 004 (CSC-AG)", cost=Cost("0", "0", "s + (p+1)n·μ (one node)"))
+          source="SW-IntraCC (CSC-AG)", cost=Cost("0", "0", "s + (p+1)n·μ (one node)"))
 def plan_csc_allgather(call: Call) -> Program:
     """Shared-window allgather (CSC-AG): write the own block into the node's window at its
     place in the result, synchronise, copy the whole result out; on several nodes the leaders
@@ -106,7 +106,7 @@ def _node_reduce(call: Call, total: int, source: Region) -> tuple[list[Step], Re
 
 
 @register("reduce_scatter", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
-          source="seed 004 (CSC-RS)", cost=Cost("0", "0", "s + pn·μ + pn·γ (one node)"))
+          source="SW-IntraCC (CSC-RS)", cost=Cost("0", "0", "s + pn·μ + pn·γ (one node)"))
 def plan_csc_reduce_scatter(call: Call) -> Program:
     """Shared-window reduce-scatter (CSC-RS): write the whole input into the own slot of the
     node's window, synchronise, reduce the own block over all p slots in one pass.
@@ -140,7 +140,7 @@ def plan_csc_reduce_scatter(call: Call) -> Program:
 
 
 @register("allreduce", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
-          source="seed 004", cost=Cost("0", "0", "2s + 2n·μ + n·γ (one node)"))
+          source="SW-IntraCC", cost=Cost("0", "0", "2s + 2n·μ + n·γ (one node)"))
 def plan_csc_allreduce(call: Call) -> Program:
     """Shared-window allreduce: reduce-scatter then allgather through the node's window: each
     rank writes its vector into its slot, sync, reduces a disjoint chunk over all slots into
@@ -164,7 +164,7 @@ def plan_csc_allreduce(call: Call) -> Program:
     return Program(tuple(steps), scratch=inter.scratch, window=partial.stop)
 
 
-@register("alltoall", "csc", family="csc", requires=(ONE_NODE,), source="seed 004",
+@register("alltoall", "csc", family="csc", requires=(ONE_NODE,), source="SW-IntraCC",
           cost=Cost("0", "0", "s + 2pn·μ"))
 def plan_csc_alltoall(call: Call) -> Program:
     """Shared-window all-to-all: write the whole send buffer into the own slot of the node's

@@ -1,5 +1,5 @@
 """Hypercube family: all-to-all in log2(p) rounds with messages combined per sub-cube
-(seed 003), and the reductions by recursive doubling and halving (recursive_doubling
+(the article "All-to-all (parallel pattern)"), and the reductions by recursive doubling and halving (recursive_doubling
 allreduce and allgather, recursive_halving reduce-scatter, Rabenseifner's allreduce) with the
 standard folding of non-power-of-two p.
 
@@ -60,7 +60,7 @@ def relay_program(n: int, rounds: list[list[Channel]], source: list[Region],
 
 
 @register("alltoall", "hypercube", family="hypercube", requires=(POWER_OF_TWO,),
-          source="seed 003", cost=Cost("log2(p)", "n * p * log2(p) / 2", "log2 p (α + n·p/2·β)"))
+          source="All-to-all (parallel pattern)", cost=Cost("log2(p)", "n * p * log2(p) / 2", "log2 p (α + n·p/2·β)"))
 def plan_hypercube_alltoall(call: Call) -> Program:
     """Hypercube all-to-all: in round k each rank sends its partner rank XOR 2^k, in one
     message, every block it holds that is bound for the partner's half of the sub-cube.

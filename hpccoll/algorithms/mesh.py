@@ -1,4 +1,4 @@
-"""2-D mesh all-to-all: rows, then columns, with local regrouping in between (seed 003).
+"""2-D mesh all-to-all: rows, then columns, with local regrouping in between (the article "All-to-all (parallel pattern)").
 
 The p ranks form an r x c grid, rank = row * c + col.  Phase 1 is an all-to-all inside each
 row: the message to the rank in column j carries, grouped by destination row, the r blocks
@@ -44,7 +44,7 @@ def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
     return rows, p // rows
 
 
-@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), source="seed 003",
+@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), source="All-to-all (parallel pattern)",
           cost=Cost("0 if p == 1 else 1 if 1 in grid(p) else 2", "n * (2 * p - sum(grid(p)))",
                     "2α + n(2p - r - c)β, grid r x c"))
 def plan_mesh_alltoall(call: Call) -> Program:

@@ -1,4 +1,4 @@
-"""Multi-ring algorithms (seed 000, TASP): the ring algorithms run on k arc-disjoint directed
+"""Multi-ring algorithms (the TASP paper): the ring algorithms run on k arc-disjoint directed
 Hamiltonian cycles at once, chunk c of every block travelling cycle c.
 
 Each block (one rank's contribution or result) is cut into k chunks with ``even_split`` (so
@@ -124,7 +124,7 @@ def _landing(area: Region, k: int, c: int, chunks: list[Region]) -> list[Region]
     return [Region(area.buffer, at, chunk.count) for chunk in chunks]
 
 
-@register("allgather", "multiring", family="multiring", source="seed 000 (TASP)",
+@register("allgather", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ/k), k cycles on a full mesh"))
 def plan_multiring_allgather(call: Call) -> Program:
     """Multi-ring allgather (TASP): each block in k chunks, chunk c forwarded along
@@ -140,7 +140,7 @@ def plan_multiring_allgather(call: Call) -> Program:
     return allgather_from_input(call, _multiring_allgather(call.p, call.rank, cycles, result))
 
 
-@register("reduce_scatter", "multiring", family="multiring", source="seed 000 (TASP)",
+@register("reduce_scatter", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ/k + nγ/k), k cycles on a full mesh"))
 def plan_multiring_reduce_scatter(call: Call) -> Program:
     """Multi-ring reduce-scatter: the ring reduce-scatter on k Hamiltonian cycles at once,
@@ -174,7 +174,7 @@ def plan_multiring_reduce_scatter(call: Call) -> Program:
     return replace(program, scratch=2 * width)
 
 
-@register("allreduce", "multiring", family="multiring", source="seed 000 (TASP)",
+@register("allreduce", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
           cost=Cost("2 * (p - 1)", "2 * (p - 1) * n / p",
                     "2(p-1)α + 2(p-1)/p·nβ/k + (p-1)/p·nγ/k"))
 def plan_multiring_allreduce(call: Call) -> Program:

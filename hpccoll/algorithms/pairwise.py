@@ -1,6 +1,6 @@
 """Pairwise exchange: in every round each rank swaps one block with exactly one partner.
 
-The rounds form a 1-factorisation of the complete graph on the ranks (seed 003): every pair of
+The rounds form a 1-factorisation of the complete graph on the ranks (the article "All-to-all (parallel pattern)"): every pair of
 ranks meets in exactly one round, and within a round "partner of" is an involution.  Two
 pairings are provided:
 
@@ -65,12 +65,12 @@ def _pairwise_program(call: Call, rounds: int, partner: Callable[[int, int, int]
     return steps.program()
 
 
-@register(("alltoall", "alltoallv"), "pairwise", family="pairwise", source="seed 003",
+@register(("alltoall", "alltoallv"), "pairwise", family="pairwise", source="All-to-all (parallel pattern)",
           cost=Cost("0 if p == 1 else p if p % 2 else p - 1", "(p - 1) * n",
                     "p(α + nβ) odd p, (p-1)(α + nβ) even p"))
 def plan_pairwise_alltoall(call: Call) -> Program:
     """1-factor pairwise all-to-all(v): each round swaps one block with one partner, every
-    pair of ranks meeting exactly once (seed 003).
+    pair of ranks meeting exactly once (the article "All-to-all (parallel pattern)").
 
     Rounds p for odd p (each rank idle once), p-1 for even p; bytes sent per rank (p-1)n;
     time p(alpha + n beta) for odd p, (p-1)(alpha + n beta) for even p, with no contention on
@@ -80,10 +80,10 @@ def plan_pairwise_alltoall(call: Call) -> Program:
 
 
 @register(("alltoall", "alltoallv"), "xor", family="pairwise", requires=(POWER_OF_TWO,),
-          source="seed 003", cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
+          source="All-to-all (parallel pattern)", cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_xor_alltoall(call: Call) -> Program:
     """XOR pairwise all-to-all(v): in round i rank j swaps one block with rank j XOR i
-    (seed 003).
+    (the article "All-to-all (parallel pattern)").
 
     Rounds p-1; bytes sent per rank (p-1)n; time (p-1)(alpha + n beta).  p a power of two
     (each round's pairs then stay inside sub-cubes, which suits hypercubes and fat trees);

@@ -1,4 +1,4 @@
-"""Resilient allreduce trees (RAT, seed 001) and the parameter-server exchange (PS).
+"""Resilient allreduce trees (RAT, after the RAT paper) and the parameter-server exchange (PS).
 
 RAT builds, over the topology's levels (node, rack, pod as present, then the whole job),
 one reduction tree per root: p trees, tree t rooted at rank t and carrying shard t of the
@@ -22,7 +22,7 @@ s of every tree.
 
 A level whose regions all have a single sub-region (one rank per node, one node per rack,
 a single rack, ...) has nothing to aggregate and gets no step.  With the A remaining levels
-(the root's level included; A = l + 1 for l oversubscribed levels in the seed's terms) the
+(the root's level included; A = l + 1 for l oversubscribed levels in the RAT paper's terms) the
 program has 2A steps and the longest dependency chain (:func:`hpccoll.traffic.dependency_chain`)
 is 2A = 2(l+1) message hops: leaf -> level aggregators -> root -> ... -> leaf.  Without a
 topology (or with one region only) A = 1 and RAT is the PS exchange below.
@@ -166,16 +166,16 @@ def _plan_trees(call: Call, topology) -> Program:
 _SENT = "n + (p - 2) * ceil(n / p)"
 
 
-@register("allreduce", "rat", family="rat", source="seed 001 (RAT)",
+@register("allreduce", "rat", family="rat", source="RAT (Wan et al.)",
           cost=Cost("2 * min(1, p - 1)", _SENT,
                     "2(l+1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, l+1 levels that aggregate"))
 def plan_rat_allreduce(call: Call) -> Program:
-    """Resilient allreduce trees (seed 001): one tree per root over the topology's levels,
+    """Resilient allreduce trees (the RAT paper): one tree per root over the topology's levels,
     one aggregator per region and tree, shard t of the vector reduced up tree t and
     broadcast back down, all trees concurrently.
 
     Rounds 2A for the A levels with something to aggregate (A = l + 1: the l oversubscribed
-    levels of the seed plus the root's; 2 without a topology); longest dependency chain 2A.
+    levels of the RAT paper plus the root's; 2 without a topology); longest dependency chain 2A.
     Every rank but the root sends each shard once up and receives it once down: 2(p-1)n/p
     bytes sent per rank on average (aggregation rotates, so about that on every rank);
     time about 2A alpha + 2(p-1)/p n beta + (p-1)/p n gamma, with up to p messages per rank
@@ -188,10 +188,10 @@ def plan_rat_allreduce(call: Call) -> Program:
     return _plan_trees(call, call.topology)
 
 
-@register("allreduce", "ps", family="ps", source="seed 001 (PS baseline)",
+@register("allreduce", "ps", family="ps", source="RAT's PS baseline",
           cost=Cost("2 * min(1, p - 1)", _SENT, "2α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_ps_allreduce(call: Call) -> Program:
-    """Parameter-server exchange (the seed's PS baseline): every rank serves one shard of
+    """Parameter-server exchange (the RAT paper's PS baseline): every rank serves one shard of
     the vector; all ranks send each shard straight to its server, which reduces the
     arrivals, then the servers send the results straight back (topology-unaware).
 

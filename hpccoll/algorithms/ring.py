@@ -56,7 +56,7 @@ def ring_reduce_scatter(p: int, rank: int, source: list[Region],
     return steps.program()
 
 
-@register("allgather", "ring", family="ring", source="classic ring (seed 000's baseline)",
+@register("allgather", "ring", family="ring", source="classic ring (TASP's baseline)",
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_ring_allgather(call: Call) -> Program:
     """Ring allgather: p-1 steps, each forwarding the block received in the step before.
@@ -92,7 +92,7 @@ def plan_ring_reduce_scatter(call: Call) -> Program:
 
 
 @register("allreduce", "ring", family="ring",
-          source="Patarasuk & Yuan 2009 (seed 001's baseline)",
+          source="Patarasuk & Yuan 2009 (RAT's baseline)",
           cost=Cost("2 * (p - 1)", "2 * (p - 1) * n / p",
                     "2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_ring_allreduce(call: Call) -> Program:
@@ -161,22 +161,22 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
     return steps.program(scratch)
 
 
-@register("alltoall", "ring", family="ring", source="seed 003",
+@register("alltoall", "ring", family="ring", source="All-to-all (parallel pattern)",
           cost=Cost("p - 1", "n * p * (p - 1) / 2", "(p-1)α + n·p(p-1)/2·β"))
 def plan_ring_alltoall(call: Call) -> Program:
     """Ring all-to-all, one direction: each rank sends all p-1 blocks to its right neighbour,
-    which keeps its own and forwards the rest (seed 003).
+    which keeps its own and forwards the rest (the article "All-to-all (parallel pattern)").
 
     Rounds p-1; bytes sent per rank n p(p-1)/2; time (p-1)alpha + n p(p-1)/2 beta.
     """
     return _forwarding_alltoall(call, {1: [(0, call.counts[0])] * (call.p - 1)})
 
 
-@register("alltoall", "ring_bidirectional", family="ring", source="seed 003",
+@register("alltoall", "ring_bidirectional", family="ring", source="All-to-all (parallel pattern)",
           cost=Cost("p // 2", "n * (p * p // 4)", "⌊p/2⌋α + n·⌊p²/4⌋/2·β (both ways at once)"))
 def plan_ring_bidirectional_alltoall(call: Call) -> Program:
     """Ring all-to-all, half each way: blocks go the shorter way round; for even p the block
-    opposite is split in two halves, one each way (seed 003's improvement).
+    opposite is split in two halves, one each way (the all-to-all article's improvement).
 
     Rounds floor(p/2); bytes sent per rank about n p^2/4 (n p^2/8 each way, concurrently);
     time floor(p/2) alpha + about n p^2/8 beta on full-duplex links.

@@ -17,11 +17,9 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives import SUPPORTED_DTYPES
 from . import kernels
 
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
 
 OP_NAMES = {"sum": "sum", "prod": "prod", "min": "min", "max": "max"}
 

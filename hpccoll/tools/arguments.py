@@ -63,7 +63,7 @@ def dtype(text: str) -> str:
     """An element type hpccoll supports, kept as written."""
     import numpy as np
 
-    from ..buffers import SUPPORTED_DTYPES
+    from ..collectives import SUPPORTED_DTYPES
     try:
         supported = np.dtype(text) in SUPPORTED_DTYPES
     except TypeError:

@@ -385,7 +385,7 @@ def _check_sweep(request: Request, name: str, used: set[str], option: Any,
                  context: dict[str, Any], points: list[tuple[int, int]]) -> None:
     import numpy as np
 
-    from ...buffers import SUPPORTED_DTYPES
+    from ...collectives import SUPPORTED_DTYPES
     from .. import bench
     collectives = _collectives(option("collectives"))
     context["collectives"] = collectives
