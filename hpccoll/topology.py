@@ -62,9 +62,6 @@ class Topology:
         except ValueError:
             raise ValueError(f"topology has no level {name!r} (levels: {self.levels})") from None
 
-    def region_of(self, level: int, rank: int) -> int:
-        return self.regions[level][rank]
-
     def members(self, level: int, region: int) -> tuple[int, ...]:
         """Ranks of ``region`` at ``level``, ascending."""
         return tuple(r for r, g in enumerate(self.regions[level]) if g == region)

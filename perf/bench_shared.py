@@ -22,7 +22,8 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.tools.bench import iterations_for, size_range, time_runs
+from hpccoll.tools.bench import iterations_for, time_runs
+from hpccoll.tools.results import size_range
 
 
 def timed(comm, run, iterations: int, before=lambda: None) -> float:

@@ -42,7 +42,7 @@ def at_least(least: int) -> Callable[[str], int]:
 
 def size(text: str) -> int:
     """A message size in bytes (K/M/G suffixes)."""
-    from .bench import parse_size
+    from .results import parse_size
     try:
         return parse_size(text)
     except ValueError as error:
@@ -51,9 +51,9 @@ def size(text: str) -> int:
 
 def size_range(text: str) -> str:
     """A ``MIN:MAX`` size range (or one size), checked and kept as written."""
-    from . import bench
+    from .results import size_range as check
     try:
-        bench.size_range(text)
+        check(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return text

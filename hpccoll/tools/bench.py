@@ -17,71 +17,22 @@ allreduce, x 1 for bcast and reduce, x (p-1)/p for the others (the collectives' 
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import sys
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import api, registry, settings
-from ..runtime import buffers
 from ..collectives import spec
+from ..runtime import buffers
 from ..schedule import RECV
-
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-# the MPI library's collective called through hpccoll (non-blocking, polled with the
-# deadline), as ``algorithm="native"`` runs it; "native" is the plain mpi4py call
-API_NATIVE = "hpccoll-native"
-
-
-def parse_size(text: str) -> int:
-    """'8', '64K', '16M', '1G' (binary units) -> bytes."""
-    text = text.strip().upper().rstrip("B")
-    unit = text[-1] if text and text[-1] in UNITS else ""
-    try:
-        value = int(text[:len(text) - len(unit)])
-    except ValueError:
-        raise ValueError(f"bad size {text!r}; use e.g. 8, 64K, 16M") from None
-    if value < 0:
-        raise ValueError(f"size must not be negative: {text!r}")
-    return value * UNITS[unit]
-
-
-def size_range(spec: str) -> list[int]:
-    """'MIN:MAX' (powers of two from MIN to MAX) or a single size -> sizes in bytes."""
-    low, _, high = spec.partition(":")
-    lo, hi = parse_size(low), parse_size(high or low)
-    if lo <= 0 or hi < lo:
-        raise ValueError(f"bad size range {spec!r}: need 0 < MIN <= MAX")
-    sizes, size = [], lo
-    while size <= hi:
-        sizes.append(size)
-        size *= 2
-    return sizes
-
-
-@dataclass
-class Result:
-    collective: str
-    algorithm: str
-    ranks: int
-    dtype: str
-    bytes: int
-    count: int
-    iterations: int
-    time_us: float
-    algbw_gbs: float
-    busbw_gbs: float
-    vs_native: float | None
-    wrong: int
-    resolved: str | None = None       # what "auto" picked
-    mean_us: float | None = None      # mean over iterations of the slowest rank's time
+from .bench_command import API_NATIVE, selected_algorithms
+from .results import Result, plot, size_range, write_json
 
 
 class Case:
@@ -216,25 +167,6 @@ def iterations_for(size: int, iterations: int) -> int:
     return iterations if size <= 1 << 20 else max(3, iterations // 10)
 
 
-def selected_algorithms(collective: str, given: str, p: int) -> list[str]:
-    """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
-    native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
-    size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
-    call = spec(collective).uniform_call(p, 0, 1)
-    names: list[str] = []
-    for name in (n.strip() for n in given.split(",")):
-        if name == "all":
-            names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
-        elif name and name != registry.NATIVE:
-            reason = None if name in ("auto", API_NATIVE) else \
-                registry.get(collective, name).violated(call)
-            if reason:
-                raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
-                                 f"it requires {reason}")
-            names.append(name)
-    return [registry.NATIVE] + list(dict.fromkeys(names))
-
-
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
@@ -309,47 +241,12 @@ def _progress_bar(total: int, collective: str) -> Any:
                 leave=False)
 
 
-def plot(results: list[Result], path: str) -> None:
-    """Bus bandwidth and time against message size, one line per algorithm (native dashed);
-    needs matplotlib (the ``plot`` extra)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'hpccoll[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    first = results[0]
-    fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name in dict.fromkeys(r.algorithm for r in results):
-        rows = [r for r in results if r.algorithm == name]
-        style = dict(linestyle="--", color="black") if name == registry.NATIVE else {}
-        sizes = [r.bytes for r in rows]
-        bw.plot(sizes, [r.busbw_gbs for r in rows], marker="o", ms=3, label=name, **style)
-        lat.plot(sizes, [r.time_us for r in rows], marker="o", ms=3, label=name, **style)
-    for axis, label in ((bw, "bus bandwidth (GB/s)"), (lat, "time (us)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("message size (bytes, OSU convention)")
-        axis.set_ylabel(label)
-        axis.grid(True, which="both", alpha=0.3)
-    lat.set_yscale("log")
-    bw.legend(fontsize=8)
-    fig.suptitle(f"hpccoll bench {first.collective}: {first.ranks} ranks, {first.dtype}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
     """Where and how a run was made (the command, for the record)."""
     return {"command": " ".join(argv), "ranks": comm.size,
             "mpi": MPI.Get_library_version().splitlines()[0].strip(),
             "host": platform.node(), "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-
-def write_json(path: str, meta: dict[str, Any], results: list[Result]) -> None:
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "results": [asdict(r) for r in results]}, f, indent=1)
 
 
 def main(args: Any, argv: list[str]) -> int:
@@ -371,64 +268,3 @@ def main(args: Any, argv: list[str]) -> int:
     return 1 if wrong else 0
 
 
-def human_size(n: int) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
-
-
-def report(paths: list[str]) -> str:
-    """Markdown tables from ``bench --json`` files: per run, each size's native time and every
-    algorithm's speed relative to native, the best one marked."""
-    out = []
-    for path in paths:
-        with open(path) as f:
-            run = json.load(f)
-        results, meta = run["results"], run["meta"]
-        if not results:
-            continue
-        first = results[0]
-        names = list(dict.fromkeys(r["algorithm"] for r in results if r["algorithm"] != "native"))
-        out.append(f"### {first['collective']}, {meta['ranks']} ranks, {first['dtype']}\n")
-        out.append(f"`{meta['command']}` ({meta['date']}, {meta['mpi']})\n")
-        out.append("| size | native (us) | " + " | ".join(names) + " | best |")
-        out.append("|---:|---:|" + "---:|" * len(names) + "---|")
-        best_by_size = {}
-        for size in sorted({r["bytes"] for r in results}):
-            rows = {r["algorithm"]: r for r in results if r["bytes"] == size}
-            native = rows.get("native")
-            cells = []
-            for name in names:
-                row = rows.get(name)
-                cells.append("-" if row is None or row["vs_native"] is None
-                             else f"{row['vs_native']:.2f}x")
-            ranked = [rows[n] for n in names if n in rows and rows[n]["vs_native"]]
-            best = max(ranked, key=lambda r: r["vs_native"], default=None)
-            native_us = f"{native['time_us']:.1f}" if native else "-"
-            best_text = f"{best['algorithm']} {best['vs_native']:.2f}x" if best else "-"
-            if best:
-                best_by_size[size] = best
-            out.append(f"| {human_size(size)} | {native_us} | " + " | ".join(cells) +
-                       f" | {best_text} |")
-        wrong = sum(r["wrong"] for r in results)
-        out.append(f"\n{band_summary(best_by_size)}\n\n#wrong over the run: {wrong}\n")
-    return "\n".join(out)
-
-
-SIZE_BANDS = (("<= 4K", 0, 4 << 10), ("8K-512K", 8 << 10, 512 << 10),
-              (">= 1M", 1 << 20, 1 << 62))
-
-
-def band_summary(best_by_size: dict[int, dict]) -> str:
-    """'best vs native by band': per size band, the range of the best algorithm's ratio and
-    the algorithms that were best, most often first."""
-    parts = []
-    for label, low, high in SIZE_BANDS:
-        band = [best for size, best in best_by_size.items() if low <= size <= high]
-        if band:
-            ratios = [best["vs_native"] for best in band]
-            names = Counter(best["algorithm"] for best in band).most_common()
-            parts.append(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x "
-                         f"({', '.join(name for name, _ in names)})")
-    return "best vs native by size band: " + "; ".join(parts)

@@ -6,11 +6,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..collectives import SPECS
+from .. import registry
+from ..collectives import SPECS, spec
 from . import arguments
 
 # every collective whose buffers a size alone describes (not alltoallv's per-peer counts)
 BENCH_COLLECTIVES = tuple(name for name, c in SPECS.items() if not c.vector)
+
+# the MPI library's collective called through hpccoll (non-blocking, polled with the
+# deadline), as ``algorithm="native"`` runs it; "native" is the plain mpi4py call
+API_NATIVE = "hpccoll-native"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,3 +58,22 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from . import bench
     return bench.main(args, args.command_line)
+
+
+def selected_algorithms(collective: str, given: str, p: int) -> list[str]:
+    """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
+    native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
+    size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
+    call = spec(collective).uniform_call(p, 0, 1)
+    names: list[str] = []
+    for name in (n.strip() for n in given.split(",")):
+        if name == "all":
+            names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
+        elif name and name != registry.NATIVE:
+            reason = None if name in ("auto", API_NATIVE) else \
+                registry.get(collective, name).violated(call)
+            if reason:
+                raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
+                                 f"it requires {reason}")
+            names.append(name)
+    return [registry.NATIVE] + list(dict.fromkeys(names))

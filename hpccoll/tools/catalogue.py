@@ -22,13 +22,14 @@ from ..topology import from_spec
 HEADER = """# Algorithm catalogue
 
 Generated from the registry by `hpccoll catalogue --out algorithms` (the table also by
-`hpccoll list --markdown`): do not edit these files by hand. `tests/test_catalogue.py` fails when this table and the registry disagree and
-checks every rounds and elements-sent formula against the verifier's counts.
+`hpccoll list --markdown`): do not edit these files by hand.  `tests/unit/test_catalogue.py`
+fails when this table and the registry disagree and checks every rounds and elements-sent
+formula against the verifier's counts.
 
 n is the collective's own block: the elements each rank contributes (allgather), receives
-(reduce_scatter), holds (allreduce, bcast, reduce) or sends to one peer (alltoall).  "Sent" is the elements
-the busiest rank sends.  α: per-message start-up, β: per-byte transfer, γ: per-byte
-reduction, μ: per-byte memory copy, s: a node synchronisation.
+(reduce_scatter), holds (allreduce, bcast, reduce) or sends to one peer (alltoall).  "Sent"
+is the elements the busiest rank sends.  α: per-message start-up, β: per-byte transfer,
+γ: per-byte reduction, μ: per-byte memory copy, s: a node synchronisation.
 """
 
 

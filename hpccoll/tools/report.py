@@ -16,6 +16,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .bench import report
+    from .results import report
     print(report(args.files))
     return 0

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from . import arguments
-from .bench_command import BENCH_COLLECTIVES
+from .bench_command import API_NATIVE, BENCH_COLLECTIVES, selected_algorithms
 
 
 def bench_collective(name: str) -> str:
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.out):
         table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
     for collective in collectives:
-        names = bench.selected_algorithms(collective, f"all,{bench.API_NATIVE}", comm.size)
+        names = selected_algorithms(collective, f"all,{API_NATIVE}", comm.size)
         sweeps: dict[tuple[int, str], list[float]] = {}
         for sweep in range(max(1, args.repeat)):
             results = bench.run(comm, collective, names, bench.size_range(args.sizes),
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             for r in results:    # native as hpccoll runs it, not the plain mpi4py baseline
                 if r.algorithm != "native":
-                    name = "native" if r.algorithm == bench.API_NATIVE else r.algorithm
+                    name = "native" if r.algorithm == API_NATIVE else r.algorithm
                     sweeps.setdefault((r.bytes, name), []).append(r.time_us)
         timings: dict[int, dict[str, float]] = {}
         for (size, name), times in sweeps.items():

@@ -386,12 +386,12 @@ def _check_sweep(request: Request, name: str, used: set[str], option: Any,
     import numpy as np
 
     from ...collectives import SUPPORTED_DTYPES
-    from .. import bench
+    from ..results import size_range
     collectives = _collectives(option("collectives"))
     context["collectives"] = collectives
     sizes = option("sizes")
     try:
-        bench.size_range(sizes)
+        size_range(sizes)
     except ValueError as error:
         raise JobError(f"--sizes: {error}") from None
     context["sizes"] = _token(sizes, "sizes", re.compile(r"[0-9A-Za-z:]+"), ":")
@@ -415,7 +415,7 @@ def _check_sweep(request: Request, name: str, used: set[str], option: Any,
         for collective in collectives:
             for n, m in points:
                 try:
-                    bench.selected_algorithms(collective, spec, n * m)
+                    bench_command.selected_algorithms(collective, spec, n * m)
                 except ValueError as error:
                     raise JobError(f"--algorithms {spec}: {error} (for {collective} on "
                                    f"{n} node(s) x {m} task(s))") from None

@@ -53,7 +53,7 @@ def _point_label(ranks: int, nodes: int) -> str:
 
 
 def markdown(table: dict[str, Any]) -> str:
-    from ..bench import human_size
+    from ..results import human_size
     out = [f"# hpccoll scaling table: {len(table['runs'])} run(s)", "",
            "| run | job | template | nodes | tasks | state | problems |",
            "|---|---|---|---:|---:|---|---|"]
@@ -102,7 +102,7 @@ def plot(table: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..bench import human_size
+    from ..results import human_size
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in table["results"]:
         groups.setdefault((row["collective"], row["dtype"]), []).append(row)

@@ -57,7 +57,7 @@ def test_bench_writes_checked_results(collective, tmp_path):
 
 
 def test_band_summary_gives_the_range_and_the_winners_per_band():
-    from hpccoll.tools.bench import band_summary
+    from hpccoll.tools.results import band_summary
     best = {8: {"algorithm": "ring", "vs_native": 0.5}, 4096: {"algorithm": "direct",
             "vs_native": 0.25}, 2048: {"algorithm": "ring", "vs_native": 0.3},
             1 << 20: {"algorithm": "bruck", "vs_native": 1.5}}

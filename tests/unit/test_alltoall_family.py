@@ -17,7 +17,7 @@ from hpccoll.algorithms.mesh import grid_shape
 from hpccoll.algorithms.pairwise import one_factor_partner, one_factor_rounds, xor_partner
 from hpccoll.collectives import uniform_call
 
-MAX_RANKS = 64      # tests/test_verify.py covers every algorithm for p = 1..33 and powers
+MAX_RANKS = 64      # tests/unit/test_verify.py covers every algorithm for p = 1..33 and powers
                     # of two up to 256; this file adds p = 34..64.  Powers of two up to 1024
                     # for xor and hypercube: `hpccoll verify`, recorded in perf/verify.md.
 

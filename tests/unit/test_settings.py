@@ -9,7 +9,7 @@ import pytest
 
 from hpccoll import settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("text, value", [("1", True), ("true", True), ("YES", True), ("on", True),

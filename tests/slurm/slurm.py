@@ -1,4 +1,4 @@
-"""A throw-away one-node SLURM cluster for the job tests (``tests/test_jobs.py``).
+"""A throw-away one-node SLURM cluster for the job tests (``tests/slurm/test_jobs.py``).
 
 ``ensure_installed()`` installs Debian's ``slurmctld slurmd slurm-client`` when they are
 missing (as root, with apt-get) and says why when that cannot be done.  ``Cluster(root)``

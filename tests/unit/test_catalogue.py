@@ -12,7 +12,7 @@ from hpccoll import registry, verify
 from hpccoll.collectives import uniform_call
 from hpccoll.tools import catalogue
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = registry.algorithms()
 
 

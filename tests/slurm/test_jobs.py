@@ -1,6 +1,6 @@
 """SLURM batch jobs: ``hpccoll jobs render`` (every template, and the requests it refuses),
 ``collect`` and ``status``; then every rendered template submitted with ``sbatch`` to a real
-one-node SLURM started here (tests/slurm.py), including jobs that fail, which the tooling
+one-node SLURM started here (tests/slurm/slurm.py), including jobs that fail, which the tooling
 must report as failed.
 
 The SLURM tests install slurmctld/slurmd/slurm-client when they are missing (as root, with
@@ -26,7 +26,7 @@ from hpccoll.tools import cli
 from hpccoll.tools.jobs import rendering, scaling
 from hpccoll.tools.jobs.slurm import status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ("bench", "scaling", "verify", "tune")
 JOB_ENV = ["--env", "MPIR_CVAR_ENABLE_HEAVY_YIELD=1", "--env", "HPCCOLL_TIMEOUT=120"]
 

@@ -1,4 +1,4 @@
-"""Topologies: specs, files, validation, and detection under MPI."""
+"""Topologies: specs, files and validation (tests/mpi/test_mpi_topology.py: detection)."""
 
 from __future__ import annotations
 
@@ -58,21 +58,3 @@ def test_levels_must_nest():
 def test_topology_is_hashable_and_comparable():
     assert hash(from_spec("nodes=2,ppn=2")) == hash(from_spec("nodes=2,ppn=2"))
     assert single_node(3) == Topology(("node",), ((0, 0, 0),))
-
-
-@pytest.mark.mpi(ranks=[1, 3], timeout=60)
-def test_detection_and_setting(mpi_ranks, comm):
-    import hpccoll
-    import numpy as np
-    p = comm.size
-    found = hpccoll.topology(comm)
-    assert found == single_node(p)          # one machine: one node
-    sub = comm.Dup()
-    given = hpccoll.set_topology(sub, f"nodes={p},ppn=1")
-    assert hpccoll.topology(sub) == given and given.count(0) == p
-    out = np.zeros(2 * p)
-    hpccoll.allgather(sub, np.full(2, float(comm.rank)), out, algorithm="ring")
-    assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 2))
-    with pytest.raises(ValueError, match="describes"):
-        hpccoll.set_topology(sub, f"nodes={p + 1},ppn=1")
-    sub.Free()

@@ -1,0 +1,156 @@
+"""Benchmark results without MPI: message sizes (K/M/G), the :class:`Result` rows that
+``hpccoll bench --json`` writes, their plots and the ``hpccoll report`` tables, so that
+reading and reporting results never initialises MPI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .. import registry
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'8', '64K', '16M', '1G' (binary units) -> bytes."""
+    text = text.strip().upper().rstrip("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    try:
+        value = int(text[:len(text) - len(unit)])
+    except ValueError:
+        raise ValueError(f"bad size {text!r}; use e.g. 8, 64K, 16M") from None
+    if value < 0:
+        raise ValueError(f"size must not be negative: {text!r}")
+    return value * UNITS[unit]
+
+
+def size_range(spec: str) -> list[int]:
+    """'MIN:MAX' (powers of two from MIN to MAX) or a single size -> sizes in bytes."""
+    low, _, high = spec.partition(":")
+    lo, hi = parse_size(low), parse_size(high or low)
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"bad size range {spec!r}: need 0 < MIN <= MAX")
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+@dataclass
+class Result:
+    collective: str
+    algorithm: str
+    ranks: int
+    dtype: str
+    bytes: int
+    count: int
+    iterations: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    vs_native: float | None
+    wrong: int
+    resolved: str | None = None       # what "auto" picked
+    mean_us: float | None = None      # mean over iterations of the slowest rank's time
+
+
+def plot(results: list[Result], path: str) -> None:
+    """Bus bandwidth and time against message size, one line per algorithm (native dashed);
+    needs matplotlib (the ``plot`` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install 'hpccoll[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    first = results[0]
+    fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r.algorithm for r in results):
+        rows = [r for r in results if r.algorithm == name]
+        style = dict(linestyle="--", color="black") if name == registry.NATIVE else {}
+        sizes = [r.bytes for r in rows]
+        bw.plot(sizes, [r.busbw_gbs for r in rows], marker="o", ms=3, label=name, **style)
+        lat.plot(sizes, [r.time_us for r in rows], marker="o", ms=3, label=name, **style)
+    for axis, label in ((bw, "bus bandwidth (GB/s)"), (lat, "time (us)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("message size (bytes, OSU convention)")
+        axis.set_ylabel(label)
+        axis.grid(True, which="both", alpha=0.3)
+    lat.set_yscale("log")
+    bw.legend(fontsize=8)
+    fig.suptitle(f"hpccoll bench {first.collective}: {first.ranks} ranks, {first.dtype}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_json(path: str, meta: dict[str, Any], results: list[Result]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": [asdict(r) for r in results]}, f, indent=1)
+
+
+def human_size(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def report(paths: list[str]) -> str:
+    """Markdown tables from ``bench --json`` files: per run, each size's native time and every
+    algorithm's speed relative to native, the best one marked."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        results, meta = run["results"], run["meta"]
+        if not results:
+            continue
+        first = results[0]
+        names = list(dict.fromkeys(r["algorithm"] for r in results if r["algorithm"] != "native"))
+        out.append(f"### {first['collective']}, {meta['ranks']} ranks, {first['dtype']}\n")
+        out.append(f"`{meta['command']}` ({meta['date']}, {meta['mpi']})\n")
+        out.append("| size | native (us) | " + " | ".join(names) + " | best |")
+        out.append("|---:|---:|" + "---:|" * len(names) + "---|")
+        best_by_size = {}
+        for size in sorted({r["bytes"] for r in results}):
+            rows = {r["algorithm"]: r for r in results if r["bytes"] == size}
+            native = rows.get("native")
+            cells = []
+            for name in names:
+                row = rows.get(name)
+                cells.append("-" if row is None or row["vs_native"] is None
+                             else f"{row['vs_native']:.2f}x")
+            ranked = [rows[n] for n in names if n in rows and rows[n]["vs_native"]]
+            best = max(ranked, key=lambda r: r["vs_native"], default=None)
+            native_us = f"{native['time_us']:.1f}" if native else "-"
+            best_text = f"{best['algorithm']} {best['vs_native']:.2f}x" if best else "-"
+            if best:
+                best_by_size[size] = best
+            out.append(f"| {human_size(size)} | {native_us} | " + " | ".join(cells) +
+                       f" | {best_text} |")
+        wrong = sum(r["wrong"] for r in results)
+        out.append(f"\n{band_summary(best_by_size)}\n\n#wrong over the run: {wrong}\n")
+    return "\n".join(out)
+
+
+SIZE_BANDS = (("<= 4K", 0, 4 << 10), ("8K-512K", 8 << 10, 512 << 10),
+              (">= 1M", 1 << 20, 1 << 62))
+
+
+def band_summary(best_by_size: dict[int, dict]) -> str:
+    """'best vs native by band': per size band, the range of the best algorithm's ratio and
+    the algorithms that were best, most often first."""
+    parts = []
+    for label, low, high in SIZE_BANDS:
+        band = [best for size, best in best_by_size.items() if low <= size <= high]
+        if band:
+            ratios = [best["vs_native"] for best in band]
+            names = Counter(best["algorithm"] for best in band).most_common()
+            parts.append(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x "
+                         f"({', '.join(name for name, _ in names)})")
+    return "best vs native by size band: " + "; ".join(parts)
