@@ -112,7 +112,8 @@ def test_render_points_at_another_python(tmp_path):
     (["bench", "--time", "0"], "zero"),
     (["nosuch"], "unknown template 'nosuch'; available: bench, scaling, tune, verify"),
     (["bench", "--launcher", "aprun"], "unknown launcher 'aprun'"),
-    (["bench", "--collectives", "bcast"], "unknown collective 'bcast'"),
+    (["bench", "--collectives", "alltoallv"], "unknown collective 'alltoallv' (a collective "
+                                              "hpccoll has, but no benchmark for it)"),
     (["bench", "--collectives", "alltoallv"], "no benchmark"),
     (["bench", "-a", "ring,nosuch"], "unknown algorithm 'nosuch'"),
     (["bench", "--collectives", "alltoall", "-a", "xor", "--ntasks-per-node", "3"],
