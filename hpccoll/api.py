@@ -103,7 +103,10 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
     key = signature(collective, sendbuf, recvbuf, counts, op, root, algorithm, options) \
         if ctx is not None else None
     if key is not None:
-        found = ctx.calls.get(key)
+        try:
+            found = ctx.calls.get(key)
+        except TypeError:               # unhashable arguments: validation says what is wrong
+            found = key = None
         if found is not None:
             send = None if sendbuf is MPI.IN_PLACE else sendbuf
             return found, send, send[:0] if found.ignores_recv else recvbuf

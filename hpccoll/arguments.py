@@ -122,11 +122,15 @@ def validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: 
             if have < want:
                 raise ValueError(f"{name} has {have} elements; its counts and displs reach "
                                  f"element {want}")
-    elif recv_n != want_recv or (has_send and send_n != want_send):
-        have = f"recvbuf {recv_n}" + (f", sendbuf {send_n}" if has_send else "")
-        need = f"recvbuf {want_recv}" + (f", sendbuf {want_send}" if has_send else "")
-        raise ValueError(f"{collective} on {p} rank(s) with counts {list(call.counts)} needs "
-                         f"{need} elements, got {have}")
+    else:
+        wrong = [(name, have, want) for name, have, want in
+                 (("recvbuf", recv_n, want_recv), ("sendbuf", send_n, want_send))
+                 if have is not None and have != want]
+        if wrong:
+            need = ", ".join(f"{name} {want}" for name, _, want in wrong)
+            have = ", ".join(f"{name} {have}" for name, have, _ in wrong)
+            raise ValueError(f"{collective} on {p} rank(s) with counts {list(call.counts)} "
+                             f"needs {need} elements, got {have}")
     op_name = buffers.check_op(op, dtype) if coll.reduces else None
     args = CallArgs(coll, call, dtype, op_name, coll.message_count(call) * dtype.itemsize)
     return args, sendbuf if has_send else None, recvbuf

@@ -11,6 +11,7 @@ planners in :mod:`hpccoll.algorithms`.  Nothing here imports MPI at module level
 
 from __future__ import annotations
 
+import operator
 import random
 from abc import ABC, abstractmethod
 from dataclasses import replace
@@ -31,9 +32,9 @@ NativeArgs = Callable[[Any, Any], tuple]       # (send, recv) -> mpi4py call arg
 def check_counts(counts: Any, p: int, name: str) -> tuple[int, ...]:
     """``counts`` as ``p`` non-negative integers; TypeError/ValueError saying what is wrong."""
     try:
-        values = tuple(int(c) for c in counts)
+        values = tuple(operator.index(c) for c in counts)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of {p} integers") from None
+        raise TypeError(f"{name} must be a sequence of {p} integers, got {counts!r}") from None
     if len(values) != p:
         raise ValueError(f"{name} has {len(values)} entries, the communicator has {p} ranks")
     if any(c < 0 for c in values):
@@ -279,7 +280,9 @@ class Allreduce(Collective):
     name, mpi_name, reduces, in_place = "allreduce", "Allreduce", True, True
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
-        return Call(self.name, p, rank, (recv_n,), **fields)
+        # the input sets the vector's length, so a receive buffer of another size is the one
+        # named wrong
+        return Call(self.name, p, rank, (recv_n if send_n is None else send_n,), **fields)
 
     def uniform_call(self, p, rank, n, **fields):
         return Call(self.name, p, rank, (n,), **fields)
@@ -305,9 +308,6 @@ class Bcast(Allreduce):
 
     name, mpi_name, reduces, in_place, rooted = "bcast", "Bcast", False, False, True
     one_buffer = True
-
-    def make_call(self, p, rank, send_n, recv_n, counts, **fields):
-        return Call(self.name, p, rank, (recv_n,), **fields)
 
     def sizes(self, call):
         return 0, call.counts[0]
@@ -340,10 +340,9 @@ class Reduce(Allreduce):
         return call.counts, call.root       # only the root may be in place
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
-        n = recv_n if send_n is None else send_n
         if fields.get("in_place") and rank != fields.get("root", 0):
             raise ValueError("MPI.IN_PLACE is the root's sendbuf only in reduce")
-        return Call(self.name, p, rank, (n,), **fields)
+        return super().make_call(p, rank, send_n, recv_n, counts, **fields)
 
     def sizes(self, call):
         n = call.counts[0]

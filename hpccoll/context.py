@@ -23,7 +23,9 @@ CALLS_PER_COMM = 256
 
 def check_comm(comm: Any) -> None:
     """TypeError unless ``comm`` is a usable mpi4py intracommunicator."""
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+    if isinstance(comm, MPI.Comm) and comm == MPI.COMM_NULL:
+        raise TypeError("comm is MPI.COMM_NULL (a freed or never created communicator)")
+    if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an mpi4py intracommunicator, got {type(comm).__name__}")
 
 
@@ -88,8 +90,12 @@ _KEYVAL: int | None = None
 
 
 def existing_context(comm: MPI.Comm) -> Context | None:
-    """The :class:`Context` of ``comm`` if it has one already (no communication)."""
-    return None if _KEYVAL is None else comm.Get_attr(_KEYVAL)
+    """The :class:`Context` of ``comm`` if it has one already (no communication; None for a
+    communicator that cannot hold one, such as ``MPI.COMM_NULL``: validation says why)."""
+    try:
+        return None if _KEYVAL is None else comm.Get_attr(_KEYVAL)
+    except MPI.Exception:
+        return None
 
 
 def context(comm: MPI.Comm) -> Context:

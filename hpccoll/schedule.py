@@ -210,8 +210,13 @@ def segments(region: Region, max_count: int) -> list[Region]:
 
 
 def segment_count(call: Call, default_bytes: int = 1 << 20) -> int:
-    """Elements per segment from the ``segment_bytes`` option (default 1 MiB)."""
-    return max(1, int(call.option("segment_bytes", default_bytes)) // call.itemsize)
+    """Elements per segment from the ``segment_bytes`` option (default 1 MiB); ValueError
+    unless it is a positive integer."""
+    value = call.option("segment_bytes", default_bytes)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"option segment_bytes must be a positive integer (bytes), "
+                         f"got {value!r}")
+    return max(1, value // call.itemsize)
 
 
 def merge_adjacent(regions: Iterable[Region]) -> tuple[Region, ...]:

@@ -95,11 +95,22 @@ def check_op(op: Any, dtype: np.dtype) -> str:
     """The name of reduction ``op`` (an ``MPI.Op`` or a name); ValueError if it does not apply."""
     name = op_name(op)
     if name is None:
-        raise ValueError(f"unsupported reduction op {op!r}; use one of "
+        raise ValueError(f"unsupported reduction op {_op_label(op)}; use one of "
                          "MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX (or 'sum', 'prod', 'min', 'max')")
     if name in ("min", "max") and np.dtype(dtype).kind == "c":
         raise ValueError(f"op {name} is not defined for complex dtype {dtype}")
     return name
+
+
+def _op_label(op: Any) -> str:
+    """How to name ``op`` in an error: MPI's name for a predefined op."""
+    if isinstance(op, MPI.Op):
+        for name in ("MAXLOC", "MINLOC", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
+                     "REPLACE", "NO_OP"):
+            if op == getattr(MPI, name, None):
+                return f"MPI.{name}"
+        return "(a user-defined MPI.Op)"
+    return repr(op)
 
 
 def op_name(op: Any) -> str | None:

@@ -55,7 +55,23 @@ def bad_calls(comm):
          lambda: hpccoll.allgather(None, f32, out)),
         ("bad options", TypeError, "options must be a mapping",
          lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32), options=[1])),
+        ("freed communicator", TypeError, "comm is MPI.COMM_NULL",
+         lambda: hpccoll.allgather(MPI.COMM_NULL, f32, out)),
+        ("float counts", TypeError, "recvcounts must be a sequence of .* integers, got",
+         lambda: hpccoll.reduce_scatter(comm, out, f32, recvcounts=[4.0] * p)),
+        ("algorithm list", TypeError, "algorithm must be a name, got list",
+         lambda: hpccoll.allgather(comm, f32, out, algorithm=["ring"])),
+        ("predefined op hpccoll lacks", ValueError, r"unsupported reduction op MPI\.MAXLOC",
+         lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32), op=MPI.MAXLOC)),
+        ("too-long recvbuf", ValueError, "needs recvbuf 4 elements, got recvbuf 5$",
+         lambda: hpccoll.allreduce(comm, f32, np.zeros(5, np.float32))),
     ]
+    if p > 1:       # one rank runs no ring, so reads no segment size
+        cases.append(("bad segment option", ValueError,
+                      "option segment_bytes must be a positive integer",
+                      lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32),
+                                                algorithm="ring",
+                                                options={"segment_bytes": "1M"})))
     return [case + (out,) for case in cases]
 
 
