@@ -66,11 +66,16 @@ def allocate(nbytes: int, node_comm: MPI.Intracomm) -> MPI.Win:
 class Segment:
     """``nbytes`` shared by the ranks of ``node_comm`` (collective over it): :attr:`memory`
     (uint8) on every rank, in a ``Lock_all`` epoch of :attr:`win` until :meth:`free`.
-    RuntimeError if the MPI library's shared windows are not in the unified memory model;
-    MPI failures as MPI raises them (what was made is then left: freeing is collective)."""
+    MemoryError if MPI cannot allocate it, RuntimeError if the MPI library's shared windows
+    are not in the unified memory model (what was made is then left: freeing is
+    collective)."""
 
     def __init__(self, nbytes: int, node_comm: MPI.Intracomm):
-        self.win = allocate(nbytes, node_comm)
+        try:
+            self.win = allocate(nbytes, node_comm)
+        except MPI.Exception as error:
+            raise MemoryError(f"could not allocate a {nbytes}-byte shared window on the "
+                              f"node: {error}") from None
         if self.win.Get_attr(MPI.WIN_MODEL) != MPI.WIN_UNIFIED:
             raise RuntimeError("the MPI library's shared window is not in the unified "
                                "memory model")
@@ -121,11 +126,7 @@ class NodeWindow:
         half = round_up(nbytes)
         check_fits(2 * half)
         self._release()
-        try:
-            self.segment = Segment(2 * half, self.node_comm)
-        except MPI.Exception as error:
-            raise MemoryError(f"could not allocate a {2 * half}-byte shared window on the "
-                              f"node: {error}") from None
+        self.segment = Segment(2 * half, self.node_comm)
         self.half = half
         self.generation += 1
 

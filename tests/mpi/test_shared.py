@@ -230,7 +230,7 @@ def test_failures_on_one_rank_raise_on_every_rank(mpi_ranks, comm, monkeypatch):
             raise MPI.Exception(MPI.ERR_NO_MEM)
         return window
     monkeypatch.setattr(window, "allocate", failing)
-    with pytest.raises(RuntimeError, match="allocating the shared segment"):
+    with pytest.raises(MemoryError, match="allocating the shared segment"):
         shared.SharedAllgather(comm, 4, "float32")
     monkeypatch.setattr(window, "allocate", real_allocate)
     # a rank that runs alone times out naming the ranks that did not arrive; free() still works
