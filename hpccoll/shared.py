@@ -29,8 +29,8 @@ matters when ranks outnumber cores); waiting is the runtime's polling loop
 :class:`~hpccoll.CollectiveTimeout` after ``HPCCOLL_TIMEOUT`` naming the ranks that did not
 arrive), so no rank hangs forever.  Construction errors met on some ranks only (ranks that do
 not share memory, a failed allocation) raise on every rank
-(:func:`~hpccoll.runtime.agreement.agree`); a segment larger than the node's memory is a
-MemoryError.
+(:func:`~hpccoll.runtime.agreement.agree`); a segment larger than the node's memory, or one
+MPI cannot allocate, is a MemoryError.
 
 Validity rule (both classes): the :attr:`result` of a run stays valid on a rank until that
 rank calls the next :meth:`run` (or :meth:`start`); :attr:`local` may be written from the
