@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from . import bench_command, explain, listing, report, topology, tune, verify
 from .arguments import Parser, UsageError
@@ -18,6 +19,7 @@ COMMANDS = (bench_command, verify, topology, explain, tune, report, jobs_command
 USER_ERRORS = (ValueError, TypeError, KeyError, OSError)
 # Where MPI launchers put the rank of the process they started.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+LATE_EXIT_SECONDS = 1.0
 
 
 def parser() -> Parser:
@@ -54,6 +56,10 @@ def _message(error: BaseException) -> str:
 def _fail(prog: str, message: str) -> int:
     if _launched_rank() == 0:
         print(f"{prog}: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    else:
+        # the other ranks leave rank 0 time to report: a launcher that ends the job at the
+        # first non-zero exit (Open MPI's) would otherwise kill rank 0 before it printed
+        time.sleep(LATE_EXIT_SECONDS)
     return 2
 
 

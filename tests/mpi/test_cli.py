@@ -236,5 +236,6 @@ def test_a_user_error_under_mpiexec_is_reported_once():
                  ["bench", "alltoall", "-a", "xor", "-m", "8"]):       # once MPI runs
         done = hpccoll(*args, ranks=3)
         assert done.returncode == 2 and "Traceback" not in done.stderr
-        assert len(done.stderr.splitlines()) == 1, done.stderr
-        assert done.stderr.startswith("hpccoll bench: error: ")
+        # one line from hpccoll; Open MPI's launcher adds its own report of the exit status
+        ours = [line for line in done.stderr.splitlines() if line.startswith("hpccoll")]
+        assert len(ours) == 1 and ours[0].startswith("hpccoll bench: error: "), done.stderr
