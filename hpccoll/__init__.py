@@ -30,8 +30,10 @@ _PERSISTENT = ("allgather_init", "alltoall_init", "alltoallv_init", "reduce_scat
 _EXPORTS = {
     **{name: "api" for name in _COLLECTIVES + _NONBLOCKING + _PERSISTENT},
     "Request": "requests", "PersistentRequest": "requests",
-    "CollectiveTimeout": "runtime.progress", "VerificationError": "verify",
+    "CollectiveError": "runtime.progress", "CollectiveTimeout": "runtime.progress",
+    "CommunicatorRevoked": "runtime.progress", "VerificationError": "verify",
     "configure": "settings", "set_topology": "context", "topology": "context",
+    "recover": "context",
     "Topology": "topology", "SharedAllgather": "shared", "SharedAllreduce": "shared",
 }
 del globals()["topology"]

@@ -16,16 +16,14 @@ from typing import Any, Callable, Iterator, Mapping
 from mpi4py import MPI
 
 from . import registry, settings
-from .arguments import CallArgs, agree, check_apart, ignores_recvbuf, resolve, signature, validate
+from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf, resolve,
+                        signature, validate)
 from .collectives import nonblocking
 from .context import Context, context, existing_context
 from .requests import NativeOperation, PersistentRequest, Request
 from .runtime import buffers, kernels
 from .runtime.executor import Operation, Plan
 from .schedule import offsets
-
-BLOCKING_TAGS = (0, 1 << 8)     # blocking calls run one at a time: tags 0..255 by step
-
 
 class Prepared:
     """A validated call with its algorithm chosen and planned; ``start`` runs it on buffers
@@ -40,6 +38,7 @@ class Prepared:
         self.plan: Plan | None = None
         self.reduce = None
         self.label = f"{args.collective}/{algorithm}"
+        self.shift = identity(args, algorithm) % ctx.tag_span
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
         else:
@@ -50,25 +49,36 @@ class Prepared:
                 self.reduce = kernels.reduction(args.op, args.dtype) \
                     if array_kind == "numpy" or self.staged else buffers.device_reduction(args.op)
 
-    def start(self, send: Any, recv: Any, tags: tuple[int, int], cache: bool) -> Any:
-        """Start on ``send``/``recv`` (send None when there is none); returns the operation.
-        ValueError, before any message, if the two buffers overlap."""
+    def start(self, send: Any, recv: Any, tags: tuple[int, int] | None = None,
+              cache: bool = True) -> Any:
+        """Start on ``send``/``recv`` (send None when there is none) with the blocking calls'
+        tags, or ``tags`` of a non-blocking or persistent operation, on a cached binding or
+        (``cache`` False) one freed at the end; returns the operation.  Before any message: CommunicatorRevoked if the communicator
+        is, ValueError if the two buffers overlap."""
+        ctx = self.ctx
+        ctx.check()
         addresses = check_apart(send, recv)
         if settings.current.check:
-            agree(self.ctx.comm, self.args, self.algorithm)
+            agree(ctx.comm, self.args, self.algorithm, ctx)
         on_done = _nothing
         if self.staged:
             send, recv, on_done = _stage_on_host(send, recv)
         if self.plan is None:
-            return NativeOperation(self.label, self.start_native(send, recv), on_done)
-        window = self.ctx.node_window() if self.plan.program.window else None
-        binding = self.plan.binding(self.ctx.comm, send, recv, addresses, tags, cache, window)
-        return Operation(binding, self.reduce, on_done).start()
+            return NativeOperation(self.label, self.start_native(send, recv), on_done,
+                                   (send, recv), ctx)
+        window = None
+        if self.plan.program.window:
+            window = ctx.node_window(self.plan.program.window * self.args.dtype.itemsize,
+                                     self.shift)
+        base, span = ctx.blocking_tags if tags is None else tags
+        binding = self.plan.binding(ctx.comm, send, recv, addresses, (base, span, self.shift),
+                                    cache, window)
+        return Operation(binding, self.reduce, on_done, (send, recv), ctx).start()
 
     def release(self, tags: tuple[int, int]) -> None:
         """Free the persistent requests made for tag range ``tags``."""
         if self.plan is not None:
-            self.plan.release(tags)
+            self.plan.release((*tags, self.shift))
 
 
 def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:
@@ -125,7 +135,7 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:
     """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s)."""
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
-    prepared.start(send, recv, BLOCKING_TAGS, cache=True).wait()
+    prepared.start(send, recv).wait()
 
 
 def _start(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> Request:
@@ -162,7 +172,7 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
                                    algorithm=algorithm, options=options)
     if prepared.plan is None:
         raise NotImplementedError("allgather_stream needs a scheduled algorithm, not native")
-    operation = prepared.start(send, recv, BLOCKING_TAGS, cache=True)
+    operation = prepared.start(send, recv)
     counts = prepared.args.call.counts
     starts = offsets(counts)
     for regions in operation.stream():

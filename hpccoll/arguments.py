@@ -22,7 +22,7 @@ from .collectives import SPECS, Collective, check_counts, spec
 from .context import check_comm
 from .runtime import buffers
 from .runtime.agreement import gather_rows
-from .runtime.progress import wait_requests
+from .runtime.progress import Guard, wait_requests
 from .schedule import Call, offsets
 
 
@@ -185,21 +185,36 @@ def signature(collective: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
         return None
 
 
-def agree(comm: MPI.Comm, args: CallArgs, algorithm: str) -> None:
+def _alike(args: CallArgs, algorithm: str) -> tuple:
+    """What every rank must pass alike: the collective, algorithm, dtype, op, options and
+    what the collective's spec says (:meth:`~hpccoll.collectives.Collective.alike`)."""
+    return (args.collective, algorithm, args.dtype.str, args.op, args.spec.alike(args.call),
+            args.call.options)
+
+
+def identity(args: CallArgs, algorithm: str) -> int:
+    """A number every rank computes alike for the same call, and most likely differently
+    when ranks disagree on what they must pass alike: it shifts the call's tags, so that
+    transfers of ranks that disagree do not match (they time out instead of exchanging wrong
+    data), and check mode compares it."""
+    return zlib.crc32(repr(_alike(args, algorithm)).encode())
+
+
+def agree(comm: MPI.Comm, args: CallArgs, algorithm: str, guard: Guard) -> None:
     """Check mode (``HPCCOLL_CHECK=1``): one small collective confirms every rank called the
     same collective with the same algorithm, dtype, op and what its spec says ranks must pass
     alike; for alltoallv that every rank's sendcounts match its peers' recvcounts.  Raises
-    ValueError on every rank if not."""
+    ValueError on every rank if not (``guard``: the context revoked on a timeout)."""
     call = args.call
-    shared = (args.collective, algorithm, args.dtype.str, args.op, args.spec.alike(call),
-              call.options)
-    mine = np.array([zlib.crc32(repr(shared).encode())], np.int64)
+    shared = _alike(args, algorithm)
+    mine = np.array([identity(args, algorithm)], np.int64)
     if args.spec.vector:
         theirs = np.zeros(call.p, np.int64)
-        wait_requests([comm.Ialltoall(np.array(call.counts, np.int64), theirs)],
-                      "HPCCOLL_CHECK count exchange")
+        counts = np.array(call.counts, np.int64)
+        wait_requests([comm.Ialltoall(counts, theirs)], "HPCCOLL_CHECK count exchange",
+                      memory=(counts, theirs), guard=guard)
         mine = np.append(mine, np.count_nonzero(theirs != np.array(call.recvcounts)))
-    everyone = gather_rows(comm, mine, "HPCCOLL_CHECK agreement")
+    everyone = gather_rows(comm, mine, "HPCCOLL_CHECK agreement", guard)
     differ = np.flatnonzero(everyone[:, 0] != everyone[0, 0]).tolist()
     if differ:
         raise ValueError(f"HPCCOLL_CHECK: ranks {differ} called {args.collective} differently "

@@ -1,16 +1,36 @@
 """hpccoll's state per user communicator: a private duplicate for its traffic, the topology,
 the plan cache, the cache of validated calls and the tag slots of non-blocking and persistent
-operations.  Attached to the user's communicator as an MPI attribute, freed with it."""
+operations.  Attached to the user's communicator as an MPI attribute, freed with it.
+
+The failure model (as MPI's fault-tolerance proposal, ULFM, defines it for communicators):
+when a call fails after it may have sent a message -- a deadline passed
+(:class:`~hpccoll.CollectiveTimeout`), an MPI error, an interrupt -- the context is
+**revoked**: the error is raised once, and every later hpccoll call on the communicator
+raises :class:`~hpccoll.CommunicatorRevoked` naming it, before sending anything.  The
+revoking rank also sends every other rank a notice (a small message on a tag of its own):
+a rank waiting in a collective, or finishing one, on the same communicator finds it and
+raises CommunicatorRevoked naming the first rank's failure, instead of timing out later or
+returning data that the failed call may have mixed up.  :func:`recover` (every rank) drops
+the revoked state and makes a fresh one on a new private communicator, where no message of
+the failed call can match.  The MPI library's own ``MPI_Comm_revoke`` is not needed for this
+(MPICH's wheel does not implement it).
+"""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 from mpi4py import MPI
 
+from . import settings
+from .runtime import abandoned
+from .runtime.agreement import gather_rows
 from .runtime.executor import Plan
-from .runtime.progress import note_ranks_per_host, wait_requests
+from .runtime.progress import (CollectiveTimeout, CommunicatorRevoked, note_ranks_per_host,
+                               wait_requests)
 from .runtime.window import NodeWindow
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 
@@ -19,6 +39,8 @@ if TYPE_CHECKING:
 
 PLANS_PER_COMM = 128
 CALLS_PER_COMM = 256
+NOTICE_BYTES = 512      # the text of a revocation notice
+BLAME_GRACE = 0.2       # s, at most timeout/4: a timed-out rank listens for its silent peer's reason
 
 
 def check_comm(comm: Any) -> None:
@@ -30,8 +52,9 @@ def check_comm(comm: Any) -> None:
 
 
 class Context:
-    """hpccoll's state for one user communicator: a private duplicate, the plan cache and the
-    tag-slot counter of non-blocking and persistent operations."""
+    """hpccoll's state for one user communicator: a private duplicate, the plan cache, the
+    tag slots of operations and the revocation state (it is the
+    :class:`~hpccoll.runtime.progress.Guard` of every wait on the duplicate)."""
 
     def __init__(self, comm: MPI.Comm, topology: Topology):
         self.comm = comm
@@ -39,9 +62,12 @@ class Context:
         self.window: NodeWindow | None = None
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self.calls: OrderedDict[tuple, Prepared] = OrderedDict()
+        self.revoked: CommunicatorRevoked | None = None
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         self.tag_span = 1 << 16 if tag_ub >= 1 << 20 else 1 << 8
-        self.slots = (tag_ub + 1) // self.tag_span
+        self.slots = (tag_ub + 1) // self.tag_span - 1      # the last slot: notices
+        self.notice_tag = tag_ub
+        self.blocking_tags = (0, self.tag_span)
         self.slot = 0
 
     def next_tags(self) -> tuple[int, int]:
@@ -50,6 +76,67 @@ class Context:
         so every rank draws the same slot."""
         self.slot = self.slot % (self.slots - 1) + 1
         return self.slot * self.tag_span, self.tag_span
+
+    # ------------------------------------------------------------------- the failure model
+
+    def check(self) -> None:
+        """CommunicatorRevoked if this context is revoked."""
+        if self.revoked is not None:
+            raise self.revoked
+
+    def interrupted(self) -> bool:
+        """Whether another rank's revocation notice has arrived."""
+        return self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag)
+
+    def check_notices(self) -> None:
+        """CommunicatorRevoked (and this context revoked) if another rank's notice arrived:
+        checked as each call completes, so that a call matched with messages of one that
+        failed elsewhere does not return as if it had succeeded."""
+        if self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+            raise self.notice()
+
+    def notice(self, source: int = MPI.ANY_SOURCE) -> CommunicatorRevoked:
+        """Receive a pending revocation notice (from ``source``) and revoke with its text."""
+        status = MPI.Status()
+        self.comm.Probe(source, self.notice_tag, status)
+        text = bytearray(NOTICE_BYTES)
+        self.comm.Recv([text, MPI.BYTE], status.Get_source(), self.notice_tag)
+        self.revoked = CommunicatorRevoked(text.rstrip(b"\0").decode(errors="replace"))
+        return self.revoked
+
+    def fail(self, error: BaseException) -> BaseException:
+        """Revoke after ``error`` on this rank; the error the failing call raises.
+
+        A timeout is this rank's own finding: it is sent to every other rank, and then, if
+        a peer this rank waited for sends its own notice within a moment (it timed out
+        waiting for another rank in turn), that notice names the cause and is raised
+        instead.  Any other error (an MPI error, an interrupt) yields to a notice already
+        here: the failure elsewhere is its likely cause."""
+        if self.revoked is not None:
+            return error
+        if not isinstance(error, CollectiveTimeout) and \
+                self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+            return self.notice()
+        me = self.comm.Get_rank()
+        cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        text = (f"hpccoll's state of this communicator was revoked by rank {me} after: "
+                f"{cause}; every rank must call hpccoll.recover(comm) (or use another "
+                "communicator)")
+        self.revoked = CommunicatorRevoked(text)
+        notice = bytearray(text.encode()[:NOTICE_BYTES - 1].ljust(NOTICE_BYTES, b"\0"))
+        sends = [self.comm.Isend([notice, MPI.BYTE], peer, self.notice_tag)
+                 for peer in range(self.comm.Get_size()) if peer != me]
+        abandoned.hold("revocation notices", sends, notice)
+        peers = getattr(error, "peers", ())
+        until = time.monotonic() + min(BLAME_GRACE, (settings.current.timeout or 0) / 4)
+        while peers:
+            for peer in peers:
+                if self.comm.Iprobe(peer, self.notice_tag):
+                    return self.notice(peer)
+            if time.monotonic() > until:
+                break
+            time.sleep(BLAME_GRACE / 100)
+        return error
 
     def remember(self, key: tuple, prepared: "Prepared") -> None:
         self.calls[key] = prepared
@@ -66,11 +153,23 @@ class Context:
             self.plans.move_to_end(key)
         return found
 
-    def node_window(self) -> NodeWindow:
-        """The shared window of this rank's node (made on first use: collective)."""
-        if self.window is None:
-            self.window = NodeWindow(self.comm, self.topology.regions[0])
-        return self.window
+    def node_window(self, nbytes: int, identity: int) -> NodeWindow:
+        """The shared window of this rank's node, with halves of at least ``nbytes``.  Made
+        or grown (MPI's blocking window calls, collective) only after every rank agreed under
+        the deadline on the call (``identity``) and the size, so that ranks which disagree
+        raise -- ValueError on every rank, or a timeout -- instead of hanging."""
+        window = self.window
+        if window is None or nbytes > window.half:
+            rows = gather_rows(self.comm, np.array([identity, nbytes], np.int64),
+                               "agreeing on the node window of a shared-window call", self)
+            if (rows != rows[0]).any():
+                raise ValueError("the ranks called different collectives, algorithms or sizes "
+                                 "(check with HPCCOLL_CHECK=1): a shared-window call needs "
+                                 "the same call on every rank")
+            if window is None:
+                window = self.window = NodeWindow(self.comm, self.topology.regions[0])
+            window.ensure(nbytes)
+        return window
 
     def free(self) -> None:
         for plan in self.plans.values():
@@ -79,7 +178,10 @@ class Context:
         self.calls.clear()
         if self.window is not None:
             self.window.free()
-        self.comm.Free()
+        if self.revoked is None:
+            self.comm.Free()
+        else:
+            abandoned.retire(self.comm)
 
 
 def _delete_context(comm: MPI.Comm, keyval: int, context: Context) -> None:
@@ -108,12 +210,35 @@ def context(comm: MPI.Comm) -> Context:
     if found is None:
         dup, request = comm.Idup()
         wait_requests([request], "creating hpccoll's private communicator (Comm.Idup)")
-        host = dup.Split_type(MPI.COMM_TYPE_SHARED)
-        note_ranks_per_host(host.Get_size())
-        host.Free()
-        found = Context(dup, detect_topology(dup))
+        try:
+            host = dup.Split_type(MPI.COMM_TYPE_SHARED)
+            note_ranks_per_host(host.Get_size())
+            host.Free()
+            found = Context(dup, detect_topology(dup))
+        except BaseException:
+            dup.Free()
+            raise
         comm.Set_attr(_KEYVAL, found)
+    found.check()
     return found
+
+
+def recover(comm: MPI.Comm) -> None:
+    """Make ``comm`` usable by hpccoll again after a failure (the failure model: see the
+    module doc): drop this rank's hpccoll state of ``comm`` -- revoked or not -- and make a
+    fresh one on a new private communicator.  Collective: every rank of ``comm`` calls it
+    (an MPI barrier first, under twice the deadline since a rank whose call timed out comes
+    later than one whose call did not: a missing rank makes the others raise).
+    Plans and cached calls are made anew; transfers the failed call left in flight keep their
+    memory until they complete (:mod:`hpccoll.runtime.abandoned`)."""
+    check_comm(comm)
+    limit = settings.current.timeout
+    deadline = None if limit is None else time.monotonic() + 2 * limit + BLAME_GRACE
+    wait_requests([comm.Ibarrier()], "hpccoll.recover(comm): the other ranks", deadline)
+    abandoned.sweep()
+    if existing_context(comm) is not None:
+        comm.Delete_attr(_KEYVAL)           # frees the old state (collectives: all are here)
+    context(comm)
 
 
 def set_topology(comm: MPI.Comm, topology: Topology | str) -> Topology:

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from mpi4py import MPI
 
-from .runtime.progress import deadline_from, wait_requests
+from .runtime import abandoned
+from .runtime.progress import Guard, deadline_from, wait_requests
 
 if TYPE_CHECKING:
     from .api import Prepared
 
 
 class Request:
-    """A started collective: ``test()`` makes progress without blocking, ``wait()`` completes."""
+    """A started collective: ``test()`` makes progress without blocking, ``wait()`` completes;
+    after completion both return at once (``wait()`` twice is harmless)."""
 
     def __init__(self, operation: Any):
         self._operation = operation
@@ -31,17 +33,30 @@ class Request:
 
 class PersistentRequest(Request):
     """A collective planned once and run many times on the same buffers: ``start()`` then
-    ``wait()`` (or ``test()``), again and again; ``free()`` releases its MPI requests."""
+    ``wait()`` (or ``test()``), again and again; ``free()`` releases its MPI requests.
+
+    States as MPI's persistent requests: inactive (made, or completed) -> ``start()`` ->
+    active -> ``wait()``/``test()`` True -> inactive.  ``start()`` or ``free()`` while active
+    raise RuntimeError; ``wait()``/``test()`` while inactive return at once; after ``free()``
+    only ``free()`` (harmless) and ``wait()``/``test()`` are allowed."""
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
         self._prepared, self._send, self._recv = prepared, sendbuf, recvbuf
         self._tags = prepared.ctx.next_tags()
+        self._freed = False
+
+    @property
+    def active(self) -> bool:
+        return self._operation is not None and not self._operation.done
 
     def start(self) -> None:
-        if self._operation is not None and not self._operation.done:
-            raise RuntimeError("persistent collective started again before it completed")
-        self._operation = self._prepared.start(self._send, self._recv, self._tags, cache=True)
+        if self._freed:
+            raise RuntimeError("persistent collective started after free()")
+        if self.active:
+            raise RuntimeError("persistent collective started again before it completed "
+                               "(wait() or test() first)")
+        self._operation = self._prepared.start(self._send, self._recv, self._tags)
 
     def test(self) -> bool:
         return self._operation is None or self._operation.test()
@@ -51,27 +66,47 @@ class PersistentRequest(Request):
             self._operation.wait()
 
     def free(self) -> None:
-        self._prepared.release(self._tags)
+        if self.active:
+            raise RuntimeError("persistent collective freed while active (wait() first)")
+        if not self._freed:
+            self._freed = True
+            self._prepared.release(self._tags)
 
 
 class NativeOperation:
-    """The MPI library's own non-blocking collective, with the same test/wait and deadline."""
+    """The MPI library's own non-blocking collective, with the same test/wait, deadline and
+    failure handling as the scheduled algorithms' operations (``memory``: the arrays MPI
+    uses, held until it completes, or by :mod:`~hpccoll.runtime.abandoned` if it never
+    does)."""
 
-    def __init__(self, label: str, request: MPI.Request, on_done: Callable[[], None]):
+    def __init__(self, label: str, request: MPI.Request, on_done: Callable[[], None],
+                 memory: tuple, guard: Guard):
         self.label, self.request, self.on_done = label, request, on_done
+        self.memory, self.guard = memory, guard
         self.done = False
         self.deadline = deadline_from(time.monotonic())
 
     def test(self) -> bool:
-        if not self.done and self.request.Test():
-            self.done = True
-            self.on_done()
-        elif not self.done and self.deadline is not None and time.monotonic() > self.deadline:
+        if self.done:
+            return True
+        try:
+            complete = self.request.Test()
+        except BaseException as error:
+            abandoned.hold(self.label, [self.request], *self.memory)
+            raise self.guard.fail(error) from None
+        if complete:
+            self._finish()
+        elif self.deadline is not None and time.monotonic() > self.deadline:
             self.wait()
         return self.done
 
     def wait(self) -> None:
         if not self.done:
-            wait_requests([self.request], self.label, deadline=self.deadline)
-            self.done = True
-            self.on_done()
+            wait_requests([self.request], self.label, self.deadline, self.memory, self.guard)
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        self.memory = ()
+        self.on_done()
+        self.guard.check_notices()

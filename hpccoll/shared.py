@@ -128,6 +128,8 @@ class _SharedCollective:
                                  f"{len(nodes)} node leaders: it requires {reason}")
         self._inter_algorithm = inter_algorithm
         private = ctx.comm
+        wait_requests([private.Ibarrier()], f"{name}: the other ranks constructing it",
+                      guard=ctx)            # before MPI's blocking Split: no rank hangs there
         self._node = private.Split(node, self.rank)
         self.node_rank = self._node.Get_rank()
         error = None

@@ -9,3 +9,8 @@ import os
 
 os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 os.environ.setdefault("HPCCOLL_TIMEOUT", "60")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "faults: fault-injection and misuse tests (timeouts, "
+                                       "ranks that disagree, revocation, recovery, soak)")

@@ -216,9 +216,10 @@ def _doubling_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: 
             held[1] = scratch[1]
             if d == 1:
                 held[1], copy_back = scratch[0], True
-    for k in range(d):
+    for k in range(d):      # the lower half's data first on both sides: the same bits
+        terms = (held[k + 1], held[k]) if fold.new >> k & 1 else (held[k], held[k + 1])
         steps[fold.first + k].exchange(fold.real(fold.new ^ (1 << k)), held[k], held[k + 1],
-                                       Reduce(held[k + 1], (held[k + 1], held[k])))
+                                       Reduce(held[k + 1], terms))
     if fold.pairs:
         steps[-1].send(rank + 1, result)
     if copy_back:                        # the last step is the return, or a new one

@@ -13,19 +13,21 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .progress import wait_requests
+from .progress import Guard, wait_requests
 
 MESSAGE_BYTES = 400     # error text exchanged by agree()
 # error types kept across ranks by agree() (index 0: no error); any other becomes RuntimeError
 ERROR_TYPES = (None, ValueError, TypeError, MemoryError, RuntimeError)
 
 
-def gather_rows(comm: MPI.Intracomm, mine: np.ndarray, what: str) -> np.ndarray:
+def gather_rows(comm: MPI.Intracomm, mine: np.ndarray, what: str,
+                guard: Guard | None = None) -> np.ndarray:
     """Every rank's ``mine`` (1-D, of one size and dtype on every rank) as the rows of a
-    (ranks, size) array, on every rank; CollectiveTimeout naming ``what`` past the deadline.
-    Collective over ``comm``."""
+    (ranks, size) array, on every rank; CollectiveTimeout naming ``what`` past the deadline
+    (``guard``: the communicator's context, revoked then).  Collective over ``comm``."""
     everyone = np.zeros((comm.Get_size(), mine.size), mine.dtype)
-    wait_requests([comm.Iallgather(mine, everyone)], what)
+    wait_requests([comm.Iallgather(mine, everyone)], what, memory=(mine, everyone),
+                  guard=guard)
     return everyone
 
 

@@ -55,6 +55,20 @@ def flat(buf: Any) -> Any:
     return buf.reshape(-1)
 
 
+def borrowed(buf: Any) -> Any:
+    """The 1-D view of ``buf``'s memory that does not keep ``buf`` alive (for cached
+    bindings: whoever uses it must hold ``buf`` meanwhile, and check :func:`owner_ref`)."""
+    view = flat(buf)
+    if view.nbytes == 0:
+        return view[:0].copy()
+    if isinstance(buf, np.ndarray):
+        memory = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
+        return np.frombuffer(memory, view.dtype)
+    import cupy
+    memory = cupy.cuda.UnownedMemory(view.data.ptr, view.nbytes, None)
+    return cupy.ndarray(view.shape, view.dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+
 def address(buf: Any) -> int:
     if isinstance(buf, np.ndarray):
         return MPI.buffer(buf).address

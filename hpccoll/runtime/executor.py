@@ -5,14 +5,19 @@ A :class:`Plan` is a program compiled for one dtype.  Bound to concrete buffers 
 packing space of its own, and one persistent request (``Send_init``/``Recv_init``) per
 transfer, so a repeated call costs a ``Startall`` per step; a step's local work is compiled
 into records over those views (:mod:`.ops`).  Bindings are cached per plan by buffer address
-and dropped as soon as the memory's owner is gone (weak references; MPI gets raw addresses, so
-the cache never keeps user arrays alive).
+and dropped as soon as the memory's owner is gone: their views borrow the user's memory
+(:func:`.buffers.borrowed`) and MPI gets raw addresses, so the cache never keeps user arrays
+alive; the operation running a binding holds the arrays meanwhile.  A binding in use is never
+evicted or freed.
 
 An :class:`Operation` runs a binding step by step without blocking (``test``) or to the end
 (``wait``); blocking calls, non-blocking calls and persistent requests all use it.  A step
 that makes no progress for ``HPCCOLL_TIMEOUT`` seconds raises
 :class:`~hpccoll.runtime.progress.CollectiveTimeout` naming the step and the peers not heard
-from.  Fault injection (``settings.stall``, for resilience benchmarks) wraps the step loop
+from.  Any failure after the first post (that, an MPI error, another rank's revocation, an
+interrupt) abandons the operation: its open receives are cancelled, everything its requests
+may still touch goes to :mod:`.abandoned`, and the guard (the communicator's context) is
+revoked.  Fault injection (``settings.stall``, for resilience benchmarks) wraps the step loop
 only while it is configured: the plain loop has none of it.
 """
 
@@ -31,7 +36,8 @@ from .. import settings
 from ..schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
 from . import buffers, kernels
 from .ops import CopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops
-from .progress import cancel_open, poll, timeout
+from . import abandoned
+from .progress import Guard, past, poll, timeout
 from .window import NodeWindow
 
 BINDINGS_PER_PLAN = 4
@@ -62,12 +68,13 @@ class Plan:
         self.bindings: OrderedDict[tuple, Binding] = OrderedDict()
 
     def binding(self, comm: MPI.Comm, send: Any, recv: Any, addresses: tuple[int, int],
-                tags: tuple[int, int], cache: bool,
+                tags: tuple[int, int, int], cache: bool,
                 window: NodeWindow | None = None) -> "Binding":
         """A binding of this plan to ``send``/``recv`` (at ``addresses``), step s tagged
-        ``base + s % span`` for ``tags = (base, span)``, and to the node ``window`` if the
-        program uses one; cached ones are reused while their buffers' memory (and the
-        window) is alive and no other operation uses them."""
+        ``base + (shift + s) % span`` for ``tags = (base, span, shift)``, and to the node
+        ``window`` if the program uses one; cached ones are reused while their buffers' memory
+        (and the window) is alive and no other operation uses them; others are freed when their
+        operation ends."""
         key = (addresses, tags)
         found = self.bindings.get(key)
         if found is not None:
@@ -77,27 +84,30 @@ class Plan:
                     return found
             else:
                 del self.bindings[key]
-                found.free()
+                found.release()
                 found = None
         fresh = Binding(self, comm, send, recv, tags, window)
         if cache and found is None:
             self.bindings[key] = fresh
-            while len(self.bindings) > BINDINGS_PER_PLAN:
-                self.bindings.popitem(last=False)[1].free()
+            if len(self.bindings) > BINDINGS_PER_PLAN:
+                self._evict()
         else:
             fresh.transient = True
         return fresh
 
-    def release(self, tags: tuple[int, int]) -> None:
-        """Free the cached bindings made for tag range ``tags`` (a persistent request's)."""
-        for key, binding in list(self.bindings.items()):
-            if key[1] == tags:
-                del self.bindings[key]
-                binding.free()
+    def release(self, tags: tuple[int, int, int]) -> None:
+        """Free the cached bindings made for ``tags`` (a persistent request's)."""
+        for key in [key for key in self.bindings if key[1] == tags]:
+            self.bindings.pop(key).release()
+
+    def _evict(self) -> None:
+        """Drop the least recently used bindings beyond :data:`BINDINGS_PER_PLAN`."""
+        for key in list(self.bindings)[:len(self.bindings) - BINDINGS_PER_PLAN]:
+            self.bindings.pop(key).release()
 
     def free(self) -> None:
         for binding in self.bindings.values():
-            binding.free()
+            binding.release()
         self.bindings.clear()
 
 
@@ -109,16 +119,17 @@ def _staging_count(step: Step) -> int:
 class Binding:
     """A plan bound to buffers: views, scratch, staging and persistent requests."""
 
-    def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any, tags: tuple[int, int],
-                 window: NodeWindow | None):
+    def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any,
+                 tags: tuple[int, int, int], window: NodeWindow | None):
         self.plan = plan
         self.busy = False
         self.transient = False
         self.array_kind = buffers.kind(recv)
         xp = np if self.array_kind == "numpy" else __import__("cupy")
         dtype = plan.dtype
-        self.views = {SEND: xp.empty(0, dtype) if send is None else buffers.flat(send),
-                      RECV: buffers.flat(recv), SCRATCH: xp.empty(plan.program.scratch, dtype)}
+        self.views = {SEND: xp.empty(0, dtype) if send is None else buffers.borrowed(send),
+                      RECV: buffers.borrowed(recv),
+                      SCRATCH: xp.empty(plan.program.scratch, dtype)}
         self.staging = xp.empty(plan.staging, dtype)
         self.send_owner = buffers.owner_ref(send) if send is not None else _alive
         self.recv_owner = buffers.owner_ref(recv)
@@ -129,7 +140,6 @@ class Binding:
             return
         if self.array_kind != "numpy":
             raise NotImplementedError("shared-window algorithms work on host (NumPy) buffers")
-        self.window.ensure(plan.program.window * dtype.itemsize)
         self.generation = self.window.generation
         self.steps_by_parity = []
         for parity in (0, 1):
@@ -145,10 +155,11 @@ class Binding:
         return self.views[region.buffer][region.offset:region.stop]
 
     def _compile(self, comm: MPI.Comm, index: int, step: Step,
-                 tags: tuple[int, int]) -> _CompiledStep:
+                 tags: tuple[int, int, int]) -> _CompiledStep:
         if step.sync:
             return _CompiledStep(index, [], [], [], [], {}, [], sync=True)
-        tag = tags[0] + index % tags[1]
+        base, span, shift = tags
+        tag = base + (shift + index) % span
         at = 0
         requests, peers, packs, arrivals = [], [], [], {}
         for recv in step.recvs:
@@ -180,7 +191,9 @@ class Binding:
             return CopyOp(self.view(op.dst), self.view(op.src))
         if len(op.srcs) == 1:                                # a reduction of one term
             return CopyOp(self.view(op.dst), self.view(op.srcs[0]))
-        srcs = sorted(op.srcs, key=lambda r: r != op.dst)   # the accumulator first
+        srcs = op.srcs             # in the planner's order: every rank gets the same bits
+        if op.dst in srcs[2:]:     # (NaN payloads, signed zeros); the accumulator first
+            srcs = sorted(srcs, key=lambda r: r != op.dst)
         views = tuple(self.view(r) for r in srcs)
         stride = _stride(op.srcs)
         if stride is not None and op.dst not in op.srcs and self.array_kind == "numpy":
@@ -208,12 +221,22 @@ class Binding:
                 np.array([r.count for r in blocks], np.int64), gather))
         return MoveOp(tuple(movers))
 
+    def requests(self) -> list[MPI.Prequest]:
+        return [r for steps in self.steps_by_parity for step in steps if not step.sync
+                for r in step.requests]
+
+    def release(self) -> None:
+        """Free now, or when the operation using it ends."""
+        if self.busy:
+            self.transient = True
+        else:
+            self.free()
+
     def free(self) -> None:
-        for steps in self.steps_by_parity:
-            for step in steps:
-                for request in step.requests:
-                    if request != MPI.REQUEST_NULL:
-                        request.Free()
+        """Free the persistent requests (none may be active)."""
+        for request in self.requests():
+            if request != MPI.REQUEST_NULL:
+                request.Free()
         self.steps_by_parity = [[]]
 
 
@@ -246,16 +269,20 @@ def _alive() -> bool:
 
 class Operation:
     """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
-    ``test`` advances as far as it can without blocking."""
+    ``test`` advances as far as it can without blocking.  ``memory``: the user's arrays,
+    held while it runs (the binding only borrows them); ``guard``: the communicator's
+    context, which is revoked if the operation fails (see the module doc)."""
 
-    __slots__ = ("binding", "reduce", "on_done", "position", "deadline", "limit", "done",
-                 "computed", "steps", "pending")
+    __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "position", "deadline",
+                 "limit", "done", "computed", "steps", "pending")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
-                 on_done: Callable[[], None]):
+                 on_done: Callable[[], None], memory: tuple, guard: Guard):
         self.binding = binding
         self.reduce = reduce
         self.on_done = on_done
+        self.memory = memory
+        self.guard = guard
         self.position = 0
         self.limit = settings.current.timeout
         self.deadline: float | None = None
@@ -265,11 +292,14 @@ class Operation:
     def start(self) -> "Operation":
         binding = self.binding
         binding.busy = True
-        if binding.array_kind == "cupy":
-            buffers.synchronize(binding.views[RECV])
         window = binding.window
         self.steps = binding.steps_by_parity[window.flip() if window is not None else 0]
-        self._post()
+        try:
+            if binding.array_kind == "cupy":
+                buffers.synchronize(binding.views[RECV])
+            self._post()
+        except BaseException as error:
+            raise self._fail(error) from None
         return self
 
     def _post(self) -> None:
@@ -309,8 +339,11 @@ class Operation:
 
     def wait(self) -> None:
         steps = self.steps
-        while not self.done:
-            self._complete(steps[self.position])
+        try:
+            while not self.done:
+                self._complete(steps[self.position])
+        except BaseException as error:
+            raise self._fail(error) from None
 
     def stream(self) -> Iterator[list[tuple[int, int]]]:
         """Run to the end, yielding after each step the (offset, count) regions of the receive
@@ -319,7 +352,10 @@ class Operation:
         steps = self.steps
         while not self.done:
             step = steps[self.position]
-            self._complete(step)
+            try:
+                self._complete(step)
+            except BaseException as error:
+                raise self._fail(error) from None
             yield step.results + self._take_computed()
         computed = self._take_computed()
         if computed:
@@ -330,6 +366,12 @@ class Operation:
         return done
 
     def test(self) -> bool:
+        try:
+            return self._test()
+        except BaseException as error:
+            raise self._fail(error) from None
+
+    def _test(self) -> bool:
         steps = self.steps
         while not self.done:
             step = steps[self.position]
@@ -355,15 +397,15 @@ class Operation:
 
     def _wait_step(self, step: _CompiledStep) -> None:
         """Complete the current step's transfers, running arrival operations as they land;
-        past the deadline cancel what is left, drop the binding and raise CollectiveTimeout."""
+        CollectiveTimeout past the deadline (or the guard's error if another rank revoked
+        the communicator meanwhile)."""
         self.pending = len(step.requests)
-        if poll(self._step_done, self.deadline):
+        if poll(self._step_done, self.deadline, self.guard.interrupted):
             return
-        open_ = cancel_open(step.requests)
-        self._abandon()
+        if not past(self.deadline):
+            raise self.guard.notice()
         plan = self.binding.plan
-        raise timeout(f"{plan.label} step {step.index} (of {len(plan.program.steps)})",
-                      _describe_open(step, open_))
+        raise _timeout(plan.label, step, len(plan.program.steps))
 
     def _step_done(self) -> bool:
         """Whether the current step's transfers are all complete (arrival operations run for
@@ -377,14 +419,29 @@ class Operation:
             self.pending -= len(done)
         return self.pending <= 0
 
-    def _abandon(self) -> None:
-        """After a timeout the binding's requests are in an unknown state: drop it."""
+    def _fail(self, error: BaseException) -> BaseException:
+        """Abandon after ``error``: cancel the open receives, leave the requests and all the
+        memory they may touch to :mod:`.abandoned`, revoke the guard; the error to raise."""
+        if self.done:                       # completed, and then told of a revocation
+            return error
+        self.done = True
         binding = self.binding
         binding.busy = False
-        for key, cached in list(binding.plan.bindings.items()):
+        plan = binding.plan
+        for key, cached in list(plan.bindings.items()):
             if cached is binding:
-                del binding.plan.bindings[key]
-        self.done = True
+                del plan.bindings[key]
+        step = self.steps[self.position] if self.position < len(self.steps) else None
+        requests = binding.requests()
+        if step is not None and step.sync:
+            requests += step.requests
+        else:
+            receives = [] if step is None else \
+                [i for i, (way, _) in enumerate(step.peers) if way == "from"]
+            abandoned.cancel_receives(step.requests if step else [], receives)
+        binding.steps_by_parity = [[]]     # never started again
+        abandoned.hold(plan.label, requests, binding, self.memory)
+        return self.guard.fail(error)
 
     def _finish(self) -> None:
         self.done = True
@@ -392,11 +449,15 @@ class Operation:
         if self.binding.transient:
             self.binding.free()
         self.on_done()
+        self.guard.check_notices()
 
 
-def _describe_open(step: _CompiledStep, open_: list[int]) -> str:
+def _timeout(label: str, step: _CompiledStep, steps: int) -> BaseException:
+    """CollectiveTimeout for ``step``, saying which of its transfers are still open."""
+    what = f"{label} step {step.index} (of {steps})"
     if step.sync:
-        return "not every rank of the node reached the window synchronisation"
+        return timeout(what, "not every rank of the node reached the window synchronisation")
+    open_ = [i for i, r in enumerate(step.requests) if not r.Test()]
     waiting = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "from"})
     sending = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "to"})
     parts = []
@@ -404,7 +465,7 @@ def _describe_open(step: _CompiledStep, open_: list[int]) -> str:
         parts.append(f"no message from rank(s) {waiting}")
     if sending:
         parts.append(f"sends to rank(s) {sending} not completed")
-    return "; ".join(parts) or "requests open"
+    return timeout(what, "; ".join(parts) or "requests open", tuple(waiting))
 
 
 _STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)

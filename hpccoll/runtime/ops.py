@@ -28,7 +28,8 @@ class CopyOp:
 
 @dataclass(frozen=True, slots=True)
 class ReduceOp:
-    """``dst = srcs[0] op srcs[1] op ...`` pairwise; ``srcs[0]`` may be ``dst``."""
+    """``dst = srcs[0] op srcs[1] op ...`` pairwise, in that order; ``srcs[0]`` or
+    ``srcs[1]`` may be ``dst``."""
 
     dst: Any
     srcs: tuple[Any, ...]

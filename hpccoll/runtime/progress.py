@@ -6,6 +6,12 @@ idle polls (:func:`note_ranks_per_host` sets how many) and gives up past the dea
 (``HPCCOLL_TIMEOUT`` seconds after the wait began unless given), whereupon the waiter raises
 :class:`CollectiveTimeout` (:func:`timeout`) saying what did not complete and why, so no rank
 hangs forever.  :func:`wait_requests` is that wait for a list of MPI requests.
+
+The errors: :class:`CollectiveError` is what a collective that started but could not finish
+raises -- :class:`CollectiveTimeout` (a deadline passed on this rank) or
+:class:`CommunicatorRevoked` (the communicator's hpccoll state was revoked by an earlier
+failure here or on another rank; see :mod:`hpccoll.context`).  A wait that fails leaves its
+open requests to :mod:`.abandoned`.
 """
 
 from __future__ import annotations
@@ -13,18 +19,44 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 from mpi4py import MPI
 
 from .. import settings
+from . import abandoned
 
 POLLS_BEFORE_YIELD = {False: 256, True: 16}   # idle polls before yielding: cores to spare, or not
 _idle_polls = POLLS_BEFORE_YIELD[False]
 
 
-class CollectiveTimeout(RuntimeError):
-    """A collective step did not complete before the deadline."""
+class CollectiveError(RuntimeError):
+    """A collective began (messages may have been sent) and could not complete."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """A collective step did not complete before the deadline (``peers``: the ranks whose
+    messages did not come, where known)."""
+
+    peers: tuple[int, ...] = ()
+
+
+class CommunicatorRevoked(CollectiveError):
+    """hpccoll's state of the communicator was revoked by an earlier failure (on this rank or
+    another): every hpccoll call on it raises this until :func:`hpccoll.recover`."""
+
+
+class Guard(Protocol):
+    """What watches a communicator's waits (:class:`hpccoll.context.Context`)."""
+
+    def interrupted(self) -> bool:
+        """Whether another rank has revoked the communicator (cheap: polled while waiting)."""
+
+    def notice(self) -> CommunicatorRevoked:
+        """The error of the other rank's revocation that :meth:`interrupted` found."""
+
+    def fail(self, error: BaseException) -> BaseException:
+        """Revoke the communicator after ``error`` on this rank; the error to raise."""
 
 
 def note_ranks_per_host(ranks: int) -> None:
@@ -41,44 +73,56 @@ def deadline_from(start: float) -> float | None:
     return None if limit is None else start + limit
 
 
-def poll(done: Callable[[], bool], deadline: float | None) -> bool:
+def poll(done: Callable[[], bool], deadline: float | None,
+         interrupted: Callable[[], bool] | None = None) -> bool:
     """Call ``done()`` until it returns True, yielding the core after a number of idle polls
     (:func:`note_ranks_per_host`); True when done, False once past ``deadline`` (None:
-    never)."""
+    never) or, checked with the deadline, once ``interrupted()``."""
     spins = 0
     while not done():
         spins += 1
         if spins > _idle_polls:
             os.sched_yield()
-        if deadline is not None and spins % 64 == 0 and time.monotonic() > deadline:
+        if spins % 64 == 0 and (deadline is not None and time.monotonic() > deadline
+                                or interrupted is not None and interrupted()):
             return False
     return True
 
 
-def timeout(what: str, detail: str) -> CollectiveTimeout:
-    """The error for ``what`` past its deadline, ``detail`` saying what was missing."""
-    return CollectiveTimeout(f"{what} did not complete within {settings.current.timeout:g} s "
-                             f"(HPCCOLL_TIMEOUT): {detail}")
+def timeout(what: str, detail: str, peers: tuple[int, ...] = ()) -> CollectiveTimeout:
+    """The error for ``what`` past its deadline, ``detail`` saying what was missing (its
+    ``peers``: the ranks whose messages did not come, if known)."""
+    error = CollectiveTimeout(f"{what} did not complete within {settings.current.timeout:g} s "
+                              f"(HPCCOLL_TIMEOUT): {detail}")
+    error.peers = peers
+    return error
 
 
-def wait_requests(requests: list[MPI.Request], what: str, deadline: float | None = None) -> None:
+def wait_requests(requests: list[MPI.Request], what: str, deadline: float | None = None,
+                  memory: tuple = (), guard: Guard | None = None) -> None:
     """Complete ``requests``, polling until ``deadline`` (default: ``HPCCOLL_TIMEOUT`` from
-    now); past it, cancel what is left and raise :class:`CollectiveTimeout` naming ``what``."""
+    now) or until ``guard`` is interrupted; then (or on any error meanwhile) leave them and
+    the ``memory`` they use to :func:`abandoned.hold`, revoke the guard's communicator, and
+    raise :class:`CollectiveTimeout` naming ``what`` (or the error, or the guard's)."""
     test_all = MPI.Request.Testall
     if test_all(requests):
         return
     if deadline is None:
         deadline = deadline_from(time.monotonic())
-    if not poll(partial(test_all, requests), deadline):
-        raise timeout(what, f"{len(cancel_open(requests))} request(s) open")
+    error: BaseException | None = None       # None: interrupted by another rank's notice
+    try:
+        if poll(partial(test_all, requests), deadline, guard and guard.interrupted):
+            return
+        if past(deadline):
+            error = timeout(what, f"{sum(r != MPI.REQUEST_NULL for r in requests)} request(s) "
+                                  "open")
+    except BaseException as exc:        # an MPI error, an interrupt
+        error = exc
+    abandoned.hold(what, requests, *memory)
+    if guard is None:
+        raise error
+    raise guard.notice() if error is None else guard.fail(error)
 
 
-def cancel_open(requests: list[MPI.Request]) -> list[int]:
-    """Cancel the requests not complete (where MPI lets it); their indices."""
-    open_ = [i for i, r in enumerate(requests) if not r.Test()]
-    for i in open_:
-        try:
-            requests[i].Cancel()
-        except MPI.Exception:
-            pass
-    return open_
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() > deadline

@@ -1,0 +1,398 @@
+"""Faults and misuse under real MPI: the failure model of hpccoll.context.
+
+After a call fails once it may have sent a message (a deadline, ranks that disagree, an MPI
+error) the error is raised, every later call on that communicator raises CommunicatorRevoked
+until every rank calls ``hpccoll.recover(comm)``, and no call ever returns wrong data or
+crashes.  Each group of the misuse report is reproduced here: timeouts at 8 B to 16 MiB for
+every form (0, 1, 2), ranks that disagree (3), persistent/non-blocking misuse (4), leaks (5),
+bits that differ between ranks and the rank a timeout blames (6); the soak mixes thousands of
+calls with injected faults.  Command-line and argument errors (7, 8) are in test_cli.py and
+test_mpi_errors.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.faults
+
+SIZES = (8, 8 << 10, 1 << 20, 16 << 20)          # bytes: eager and rendezvous messages
+FORMS = ("blocking", "nonblocking", "persistent", "native")
+
+
+def _call(hpccoll, comm, form, x, y):
+    algorithm = "native" if form == "native" else "ring"
+    if form in ("blocking", "native"):
+        hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+    elif form == "nonblocking":
+        hpccoll.iallreduce(comm, x, y, algorithm=algorithm).wait()
+    else:
+        request = hpccoll.allreduce_init(comm, x, y, algorithm=algorithm)
+        request.start()
+        request.wait()
+        request.free()
+
+
+def _short_deadline(hpccoll, comm, seconds):
+    """Set HPCCOLL_TIMEOUT to ``seconds`` after a first call under the default one: the first
+    call on a communicator makes hpccoll's context and MPI's connections (seconds under Open
+    MPI with more ranks than cores).  Returns the previous settings."""
+    hpccoll.allreduce(comm, np.ones(1), np.zeros(1), algorithm="ring")
+    return hpccoll.configure(timeout=seconds)
+
+
+def _outcome(hpccoll, call):
+    """'ok' or the name of the CollectiveError the call raised."""
+    try:
+        call()
+    except hpccoll.CollectiveError as error:
+        return type(error).__name__, str(error)
+    return "ok", ""
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=240)
+def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm):
+    """The last rank skips one allreduce: the others raise (CollectiveTimeout where the
+    silent rank was awaited, CommunicatorRevoked where a peer's notice came first, naming
+    the silent rank for the scheduled algorithms), every later call on the communicator
+    raises CommunicatorRevoked before sending, the late rank's next call raises it or returns
+    the right sum, and after recover() every rank computes the right sum again."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    previous = _short_deadline(hpccoll, comm, 1)
+    try:
+        for form in FORMS:
+            for nbytes in SIZES:
+                x = np.full(nbytes // 8, r + 1.0)
+                y = np.zeros_like(x)
+                right = p * (p + 1) / 2
+                _call(hpccoll, comm, form, x, y)                # contexts, plans made
+                if r == p - 1:
+                    time.sleep(1.5)                             # skips the call
+                    first = ("skipped", "")
+                else:
+                    y[:] = -1
+                    first = _outcome(hpccoll, lambda: _call(hpccoll, comm, form, x, y))
+                    assert first[0] in ("CollectiveTimeout", "CommunicatorRevoked"), first
+                    if form != "native":
+                        assert f"[{p - 1}]" in first[1], first      # blames the silent rank
+                y[:] = -1
+                later = _outcome(hpccoll, lambda: _call(hpccoll, comm, form, x, y))
+                if r != p - 1:
+                    assert later[0] == "CommunicatorRevoked", (form, nbytes, later)
+                    assert "hpccoll.recover(comm)" in later[1]
+                elif later[0] == "ok":
+                    assert np.all(y == right), (form, nbytes)
+                firsts = comm.allgather(first[0])
+                assert "CollectiveTimeout" in firsts, (form, nbytes, firsts)
+                hpccoll.recover(comm)
+                y[:] = -1
+                _call(hpccoll, comm, form, x, y)
+                assert np.all(y == right), (form, nbytes)
+                comm.Barrier()
+    finally:
+        hpccoll.configure(**vars(previous))
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_no_wrong_data_after_a_timeout(mpi_ranks, comm):
+    """Rank 1 skips one allreduce, then both make further allreduces with new data: each call
+    raises or returns the right sum, never a mix with the abandoned call's messages."""
+    import hpccoll
+    r = comm.rank
+    previous = _short_deadline(hpccoll, comm, 1)
+    try:
+        for algorithm in ("ring", "recursive_doubling", "direct", "native"):
+            x = np.full(2048, 1.0 + r)
+            y = np.zeros_like(x)
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            if r == 0:
+                with pytest.raises(hpccoll.CollectiveTimeout):
+                    hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            else:
+                time.sleep(1.5)
+            for k in (10.0, 20.0):
+                x = np.full(2048, k * (1 + r))
+                y[:] = -1
+                outcome = _outcome(hpccoll, lambda: hpccoll.allreduce(comm, x, y,
+                                                                      algorithm=algorithm))
+                assert outcome[0] in ("ok", "CommunicatorRevoked"), outcome
+                if outcome[0] == "ok":
+                    assert np.all(y == 3 * k), (algorithm, k, y[:4])
+                elif r == 0:
+                    assert "revoked by rank 0 after: CollectiveTimeout" in outcome[1]
+            hpccoll.recover(comm)
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            assert np.all(y == 3 * 20.0)
+    finally:
+        hpccoll.configure(**vars(previous))
+
+
+def _disagreements(hpccoll, comm, n):
+    """(name, call, ranks that may complete) for calls where ranks pass different arguments
+    (check mode off)."""
+    from mpi4py import MPI
+    r, p = comm.rank, comm.size
+    x, y = np.full(n, 1.0 + r), np.zeros(n)
+    gathered = np.zeros(n * p)
+
+    def shared_missing():
+        if r != 0:
+            with hpccoll.SharedAllreduce(comm, (n,), np.float64):
+                pass
+
+    return [
+        ("csc on rank 0, ring elsewhere", {0: None},
+         lambda: hpccoll.allreduce(comm, x, y, algorithm="csc" if r == 0 else "ring")),
+        ("segment_bytes on the root only", {0},
+         lambda: hpccoll.bcast(comm, y, algorithm="chain",
+                               options={"segment_bytes": 1024} if r == 0 else None)),
+        ("ring against direct", set(),
+         lambda: hpccoll.allgather(comm, x, gathered, algorithm="ring" if r == 0 else "direct")),
+        ("vector lengths differ", set(),
+         lambda: hpccoll.allreduce(comm, x[:n - r], y[:n - r], algorithm="ring")),
+        ("ops differ", set(),
+         lambda: hpccoll.allreduce(comm, x, y, op=MPI.SUM if r == 0 else MPI.MAX,
+                                   algorithm="ring")),
+        ("SharedAllreduce without rank 0", {0}, shared_missing),
+    ]
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=180)
+def test_ranks_that_disagree_raise_on_every_rank(mpi_ranks, comm):
+    """Ranks that pass different collectives, algorithms, options, sizes or ops (check mode
+    off) raise on every rank -- a timeout or a revocation, never a hang, a crash or a
+    result -- except a rank whose part needs nobody (the bcast root, a rank not constructing
+    a shared object); afterwards recover() restores the communicator."""
+    import hpccoll
+    r, p = comm.rank, comm.size
+    n = 1 << 17                                   # 1 MiB of float64
+    previous = _short_deadline(hpccoll, comm, 1)
+    hpccoll.configure(check=False)
+    try:
+        for name, may_complete, call in _disagreements(hpccoll, comm, n):
+            outcome = _outcome(hpccoll, call)
+            if r not in may_complete:
+                assert outcome[0] != "ok", (name, r)
+            hpccoll.recover(comm)
+        x, y = np.full(n, 1.0 + r), np.zeros(n)
+        hpccoll.allreduce(comm, x, y, algorithm="ring")
+        assert np.all(y == p * (p + 1) / 2)
+    finally:
+        hpccoll.configure(**vars(previous))
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_persistent_and_nonblocking_state_machine(mpi_ranks, comm):
+    """free() or start() while active raise; wait() twice is harmless; start() after free()
+    raises; five requests of one shape active together and a request active across 139
+    other call shapes (more than the caches hold) all give the right sums."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    n = 1 << 17
+    x = np.full(n, 1.0 + r)
+    right = p * (p + 1) / 2
+    ys = [np.zeros(n) for _ in range(5)]
+    requests = [hpccoll.allreduce_init(comm, x, y, algorithm="ring") for y in ys]
+    for request in requests:
+        request.start()
+    with pytest.raises(RuntimeError, match="freed while active"):
+        requests[0].free()
+    with pytest.raises(RuntimeError, match="started again before it completed"):
+        requests[0].start()
+    for request in requests:
+        request.wait()
+        request.wait()
+        assert request.test()
+    assert all(np.all(y == right) for y in ys)
+    for _ in range(3):                               # again: the bindings were kept apart
+        for y, request in zip(ys, requests):
+            y[:] = 0
+            request.start()
+        for request in requests:
+            request.wait()
+        assert all(np.all(y == right) for y in ys)
+    y0 = np.zeros(n)
+    held = hpccoll.allreduce_init(comm, x, y0, algorithm="ring")
+    held.start()
+    for k in range(139):                             # evicts its plan from the cache
+        b = np.zeros(k + 1)
+        hpccoll.allreduce(comm, np.ones(k + 1), b, algorithm="ring")
+        assert np.all(b == p)
+    held.wait()
+    assert np.all(y0 == right)
+    y0[:] = 0
+    held.start()
+    held.wait()
+    assert np.all(y0 == right)
+    held.free()
+    held.free()
+    with pytest.raises(RuntimeError, match="started after free"):
+        held.start()
+    for request in requests:
+        request.free()
+    request = hpccoll.iallreduce(comm, x, ys[0], algorithm="ring")
+    request.wait()
+    request.wait()
+    assert request.test() and np.all(ys[0] == right)
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_caches_keep_no_user_array_alive_and_failed_setups_free_communicators(mpi_ranks,
+                                                                            comm):
+    """Arrays dropped after their calls are freed (weak references), a non-blocking native
+    call keeps its buffers until completion, and a call failing at setup (a bad
+    HPCCOLL_TOPOLOGY) 2,100 times gives the same clear error each time: the duplicated
+    communicator is freed (MPICH would run out of context ids otherwise)."""
+    import os
+
+    import hpccoll
+    refs = []
+    for _ in range(6):
+        a, b = np.full(8 << 20, 1.0), np.zeros(8 << 20)          # 64 MiB each
+        hpccoll.allreduce(comm, a, b, algorithm="ring")
+        hpccoll.allgather(comm, a[:1 << 16], np.zeros(comm.size << 16), algorithm="direct")
+        hpccoll.iallreduce(comm, a, b, algorithm="native").wait()
+        refs += [weakref.ref(a), weakref.ref(b)]
+        del a, b
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) == 0
+
+    a, b = np.ones(1 << 20), np.zeros(1 << 20)
+    alive = weakref.ref(b)
+    request = hpccoll.iallreduce(comm, a, b, algorithm="native")
+    del b
+    gc.collect()
+    assert alive() is not None
+    request.wait()
+    del request
+    gc.collect()
+    assert alive() is None
+
+    from mpi4py import MPI
+    fresh = comm.Dup()
+    os.environ["HPCCOLL_TOPOLOGY"] = "nodes=3,ppn=5"
+    try:
+        for _ in range(2100):
+            with pytest.raises(ValueError, match="HPCCOLL_TOPOLOGY|describes|ranks"):
+                hpccoll.allreduce(fresh, np.ones(4), np.zeros(4), algorithm="ring")
+    finally:
+        del os.environ["HPCCOLL_TOPOLOGY"]
+    out = np.zeros(4)
+    hpccoll.allreduce(fresh, np.ones(4), out, algorithm="ring")
+    assert np.all(out == comm.size)
+    fresh.Free()
+    assert MPI.Is_initialized()
+
+
+@pytest.mark.mpi(ranks=[2, 3, 4], timeout=120)
+def test_allreduce_gives_the_same_bits_on_every_rank(mpi_ranks, comm):
+    """NaNs with different payloads and MIN/MAX of -0.0 and +0.0: every algorithm's result is
+    bit-identical on every rank (the order of a reduction is the same everywhere)."""
+    import hpccoll
+    from mpi4py import MPI
+
+    from hpccoll import registry
+    r = comm.rank
+    x = np.array([0.0, -0.0, 1.0, 0.0, -0.0, 2.0] * 4)
+    if r % 2:
+        x[[0, 1]] = x[[1, 0]]                      # +0.0/-0.0 swapped on odd ranks
+    payloads = np.array([0x7FF8000000000001 + r, 0x7FF8000000000100 + 16 * r], np.uint64)
+    x[2:4] = payloads.view(np.float64)             # quiet NaNs, payloads by rank
+    for algorithm in registry.names("allreduce"):
+        if algorithm == registry.NATIVE:                # the MPI library's own: not ours
+            continue
+        for op in (MPI.SUM, MPI.MIN, MPI.MAX):
+            y = np.zeros_like(x)
+            try:
+                hpccoll.allreduce(comm, x, y, op=op, algorithm=algorithm)
+            except ValueError:                          # not for this p: alike on every rank
+                continue
+            everyone = comm.allgather(y.view(np.uint64).tobytes())
+            assert all(b == everyone[0] for b in everyone), (algorithm, op)
+
+
+def soak(comm, calls: int, faults: int, seed: int = 5) -> dict:
+    """``calls`` mixed collectives (allreduce ring/recursive doubling/native, allgather,
+    alltoall Bruck, reduce_scatter, bcast), with ``faults`` of them skipped by the last rank
+    (every rank then recovers); returns the counts and the resident memory (MiB) after the
+    first fault and at the end."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    rng = np.random.default_rng(seed)               # the same sequence on every rank
+    kinds = [("allreduce", "ring"), ("allreduce", "recursive_doubling"),
+             ("allreduce", "native"), ("allgather", "ring"), ("alltoall", "bruck"),
+             ("reduce_scatter", "direct"), ("bcast", "binomial")]
+    fault_at = set(rng.choice(np.arange(100, calls), faults, replace=False).tolist())
+    wrong = raised = 0
+    rss = []
+    for i in range(calls):
+        collective, algorithm = kinds[rng.integers(len(kinds))]
+        n = int(rng.choice([1, 7, 64, 1000, 4096]))
+        value = float(rng.integers(1, 100))
+        x = np.full(n * (p if collective in ("alltoall", "reduce_scatter") else 1),
+                    value * (r + 1))
+        if collective == "allreduce":
+            y = np.zeros(n)
+            run = lambda: hpccoll.allreduce(comm, x, y, algorithm=algorithm)  # noqa: E731
+            right = value * p * (p + 1) / 2
+        elif collective == "allgather":
+            y = np.zeros(n * p)
+            run = lambda: hpccoll.allgather(comm, x, y, algorithm=algorithm)  # noqa: E731
+            right = np.repeat(value * np.arange(1, p + 1), n)
+        elif collective == "alltoall":
+            y = np.zeros(n * p)
+            run = lambda: hpccoll.alltoall(comm, x, y, algorithm=algorithm)  # noqa: E731
+            right = np.repeat(value * np.arange(1, p + 1), n)
+        elif collective == "reduce_scatter":
+            y = np.zeros(n)
+            run = lambda: hpccoll.reduce_scatter(comm, x, y, algorithm=algorithm)  # noqa: E731
+            right = value * p * (p + 1) / 2
+        else:
+            y = x.copy() if r == 0 else np.zeros(n)
+            run = lambda: hpccoll.bcast(comm, y, algorithm=algorithm)  # noqa: E731
+            right = value
+        if i in fault_at:                               # an allreduce the last rank skips
+            if r == p - 1:
+                time.sleep(0.6)
+            else:
+                raised += _outcome(hpccoll, lambda: hpccoll.allreduce(
+                    comm, x, np.zeros_like(x), algorithm="ring"))[0] != "ok"
+            hpccoll.recover(comm)
+            if len(rss) == 0:
+                rss.append(_rss_mib())
+            continue
+        run()
+        wrong += not np.array_equal(y, np.broadcast_to(right, y.shape))
+    rss.append(_rss_mib())
+    return {"calls": calls, "faults": faults, "raised": raised, "wrong": wrong,
+            "rss_after_first_fault_mib": rss[0], "rss_end_mib": rss[-1]}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    import os
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_soak_mixed_calls_with_injected_timeouts(mpi_ranks, comm):
+    """20,000 mixed calls with 12 injected timeouts: no wrong result, every injected fault
+    raised on the ranks that waited, memory bounded."""
+    import hpccoll
+    previous = _short_deadline(hpccoll, comm, 0.3)
+    try:
+        stats = soak(comm, 20000, 12)
+    finally:
+        hpccoll.configure(**vars(previous))
+    print(stats)
+    assert stats["wrong"] == 0
+    if comm.rank != comm.size - 1:
+        assert stats["raised"] == 12
+    assert stats["rss_end_mib"] - stats["rss_after_first_fault_mib"] < 64
