@@ -8,7 +8,10 @@ region, as native's producer filling its private send array is.  Time: median ov
 iterations of the slowest rank, each iteration after a barrier, OSU sizes (allgather: the
 block per rank; allreduce: the vector).
 
-Usage: mpiexec -n P python perf/bench_shared.py [-m 1K:64M] [-i 50] [--json FILE]
+Every variant of a size gets at least ``-i`` iterations and at least ``--min-time`` seconds of
+them (``hpccoll bench``'s rule, :mod:`hpccoll.tools.timing`).
+
+Usage: mpiexec -n P python perf/bench_shared.py [-m 1K:64M] [-i 20] [--min-time 0.2] [--json FILE]
 """
 
 from __future__ import annotations
@@ -22,22 +25,24 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.tools.bench import iterations_for, time_runs
+from hpccoll.tools import timing
+from hpccoll.tools.bench import time_runs
 from hpccoll.tools.results import size_range
-
-
-def timed(comm, run, iterations: int, before=lambda: None) -> float:
-    """Median of the slowest rank's time of ``run``; ``before`` (untimed) precedes each."""
-    return time_runs(comm, run, iterations, 3, before)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-m", "--sizes", default="1K:64M")
-    parser.add_argument("-i", "--iterations", type=int, default=50)
+    parser.add_argument("-i", "--iterations", type=int, default=timing.MIN_ITERATIONS)
+    parser.add_argument("--min-time", type=float, default=timing.MIN_TIME)
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
+
+    def timed(run, before=lambda: None) -> float:
+        """Median of the slowest rank's time of ``run``; ``before`` (untimed) precedes each."""
+        return time_runs(comm, run, args.iterations, 3, before, args.min_time).median_us
+
     p, rank = comm.size, comm.rank
     rows = []
     say = print if rank == 0 else (lambda *a, **k: None)
@@ -47,16 +52,14 @@ def main() -> None:
     say("|---|---:|---:|---:|---:|---:|---:|---:|")
     for size in size_range(args.sizes):
         n = size // 4
-        iterations = iterations_for(size, args.iterations)
         block = np.full(n, rank + 1, np.float32)
         gathered = np.empty(n * p, np.float32)
         with hpccoll.SharedAllgather(comm, (n,), np.float32) as shared:
             def produce():
                 shared.local[:] = block          # the producer's write, into the next run's slot
-            t_native = timed(comm, lambda: comm.Allgather(block, gathered), iterations)
-            t_csc = timed(comm, lambda: hpccoll.allgather(comm, block, gathered,
-                                                         algorithm="csc"), iterations)
-            t_shared = timed(comm, shared.run, iterations, before=produce)
+            t_native = timed(lambda: comm.Allgather(block, gathered))
+            t_csc = timed(lambda: hpccoll.allgather(comm, block, gathered, algorithm="csc"))
+            t_shared = timed(shared.run, before=produce)
             wrong = int(np.count_nonzero(shared.result != np.arange(1, p + 1)[:, None]))
         rows.append({"collective": "allgather", "bytes": size, "native_us": t_native,
                      "csc_us": t_csc, "shared_us": t_shared, "wrong": wrong})
@@ -64,10 +67,9 @@ def main() -> None:
         with hpccoll.SharedAllreduce(comm, (n,), np.float32) as shared:
             def produce_r():
                 shared.local[:] = block
-            t_native_r = timed(comm, lambda: comm.Allreduce(block, total), iterations)
-            t_csc_r = timed(comm, lambda: hpccoll.allreduce(comm, block, total, algorithm="csc"),
-                            iterations)
-            t_shared_r = timed(comm, shared.run, iterations, before=produce_r)
+            t_native_r = timed(lambda: comm.Allreduce(block, total))
+            t_csc_r = timed(lambda: hpccoll.allreduce(comm, block, total, algorithm="csc"))
+            t_shared_r = timed(shared.run, before=produce_r)
             wrong_r = int(np.count_nonzero(shared.result != p * (p + 1) / 2))
         rows.append({"collective": "allreduce", "bytes": size, "native_us": t_native_r,
                      "csc_us": t_csc_r, "shared_us": t_shared_r, "wrong": wrong_r})

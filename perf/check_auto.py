@@ -89,7 +89,9 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--collectives", nargs="+", default=COLLECTIVES)
     parser.add_argument("-m", "--sizes", default="8:16M")
-    parser.add_argument("-i", "--iterations", type=int, default=100)
+    parser.add_argument("-i", "--iterations", type=int, default=20,
+                        help="hpccoll bench -i: the fewest iterations per cell (bench's "
+                             "--min-time adds more where calls are fast)")
     parser.add_argument("--tuning", help="decision table (HPCCOLL_TUNING_FILE; 'none': no "
                                          "table, the cost model decides)")
     parser.add_argument("--tolerance", type=float, default=0.10)

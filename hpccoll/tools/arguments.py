@@ -40,6 +40,17 @@ def at_least(least: int) -> Callable[[str], int]:
     return whole_number
 
 
+def seconds(text: str) -> float:
+    """A duration in seconds, finite and not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
+
+
 def size(text: str) -> int:
     """A message size in bytes (K/M/G suffixes)."""
     from .results import parse_size

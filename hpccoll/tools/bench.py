@@ -1,12 +1,15 @@
 """``hpccoll bench``: time algorithms against the native MPI collective, OSU/nccl-tests style.
 
-Per message size and algorithm: a data check apart from the timed loop (seeded per-rank
-integer data, so reductions are exact and every rank can compute the expected result), then
-warm-up calls, then timed iterations each started after a barrier.  An iteration's time is
-the slowest rank's; the reported time is the median over iterations (the JSON also keeps the
-mean, which rare stalls move and the median hides: the figure for straggler runs).
-``native`` is the MPI library's own collective called through mpi4py, the way a program
-would call it.
+Per message size and algorithm (a cell): a data check apart from the timed loop (seeded
+per-rank integer data, so reductions are exact and every rank can compute the expected
+result), then warm-up calls, then timed iterations each started after a barrier: at least
+``iterations`` of them, lasting at least ``min_time`` seconds (barriers included),
+whichever is more, the same rule for every algorithm and native
+(:mod:`hpccoll.tools.timing`).  An iteration's time is the slowest rank's; the reported time
+is the median over iterations, with the spread beside it (p10, p90, min, max; the JSON also
+keeps the mean, which rare stalls move and the median hides: the figure for straggler
+runs).  ``native`` is the MPI library's own collective called through mpi4py, the way a
+program would call it.
 
 Sizes follow OSU: the block a rank contributes (allgather), sends to each peer (alltoall),
 or the whole vector (allreduce, bcast, reduce, and reduce_scatter's input).  Bandwidths
@@ -18,7 +21,6 @@ allreduce, x 1 for bcast and reduce, x (p-1)/p for the others (the collectives' 
 from __future__ import annotations
 
 import platform
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from ..runtime import buffers
 from ..schedule import RECV
 from .bench_command import API_NATIVE, selected_algorithms
 from .results import Result, plot, size_range, write_json
+from .timing import Timing, measure
 
 
 class Case:
@@ -87,8 +90,12 @@ class Case:
         if self.recv_input is not None:
             self.recv[self.source.offset:self.source.stop] = self.recv_input
         run()
-        bad = int(np.count_nonzero(self.recv != self.expected))
-        return self.comm.allreduce(bad, op=MPI.SUM)
+        # a buffer reduction with a predefined op, at least p elements (like the timings')
+        bad = np.zeros(self.comm.size, np.int64)
+        bad[0] = np.count_nonzero(self.recv != self.expected)
+        total = np.empty_like(bad)
+        self.comm.Allreduce(bad, total, op=MPI.SUM)
+        return int(total[0])
 
 
 @dataclass(frozen=True)
@@ -144,36 +151,31 @@ class Straggler:
 
 
 def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int,
-              before: Callable[[], None] = lambda: None) -> tuple[float, float]:
-    """Median and mean over iterations of the slowest rank's time, in microseconds (each
-    iteration timed from a barrier; ``before``, untimed, precedes every run)."""
-    for _ in range(warmup):
-        before()
-        run()
-    times = np.zeros(iterations)
-    for i in range(iterations):
-        before()
-        comm.Barrier()
-        start = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - start
-    slowest = np.zeros_like(times)
-    comm.Allreduce(times, slowest, op=MPI.MAX)
-    return statistics.median(slowest.tolist()) * 1e6, float(slowest.mean()) * 1e6
-
-
-def iterations_for(size: int, iterations: int) -> int:
-    """OSU-style: fewer iterations for large messages (down to a tenth past 1 MiB)."""
-    return iterations if size <= 1 << 20 else max(3, iterations // 10)
+              before: Callable[[], None] = lambda: None, min_time: float = 0.0) -> Timing:
+    """The slowest rank's per-iteration times of ``run`` over at least ``iterations``
+    iterations and ``min_time`` seconds, after ``warmup`` calls (each timed from a barrier;
+    ``before``, outside the call's time but inside ``min_time``, precedes every call); the
+    count is agreed by all ranks."""
+    def slowest(times: np.ndarray) -> np.ndarray:
+        # padded to p elements: MPICH algorithms forced for allreduce that need a count >= p
+        # then apply to this reduction as to the timed calls (perf/peers.sh forces them and
+        # takes a fallback as a failure)
+        padded = np.zeros(max(times.size, comm.size))
+        padded[:times.size] = times
+        out = np.empty_like(padded)
+        comm.Allreduce(padded, out, op=MPI.MAX)
+        return out[:times.size]
+    return measure(run, iterations, warmup, min_time, comm.Barrier, slowest, before)
 
 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
-        straggler: Straggler | None = None) -> list[Result]:
-    """Benchmark ``algorithms`` (native first) on ``collective`` at each size; rank 0 prints
-    the table to ``out`` as it goes (and a progress bar on stderr with ``progress``).
-    Returns the results (on every rank)."""
+        straggler: Straggler | None = None, min_time: float = 0.0) -> list[Result]:
+    """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
+    at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
+    ``out`` as it goes (and a progress bar on stderr with ``progress``).  Returns the results
+    (on every rank)."""
     p = comm.size
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
         if progress and comm.rank == 0 else None
@@ -181,41 +183,48 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     results: list[Result] = []
     say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
         (lambda line: None)
-    library = MPI.Get_library_version().splitlines()[0].strip()
-    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {library}")
-    say(f"# time = median over iterations of the slowest rank; busbw factor "
-        f"{spec(collective).busbw_factor(p):.3f}; vs native = native time / time")
+    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {library_version()}")
+    say(f"# time = median over iterations of the slowest rank; spread = (p90 - p10) / median "
+        f"of those times; busbw factor {spec(collective).busbw_factor(p):.3f}; "
+        f"vs native = native time / time")
+    say(f"# iterations per cell: at least {iterations}, and at least {min_time:g} s of them "
+        f"(barriers included); {warmup} warm-up call(s) first")
     if straggler is not None:
         say(f"# straggler: rank {straggler.rank} starts {straggler.delay * 1e6:g} us late, "
             f"pauses {straggler.pause * 1e6:g} us before a step with probability "
             f"{straggler.probability:g}")
-    say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>6} {'time(us)':>11} {'algbw(GB/s)':>12} "
-        f"{'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
+    say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>7} {'time(us)':>11} {'spread':>7} "
+        f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
     for size in sizes:
         case = Case(comm, collective, size, dt)
         if case.count == 0:
             continue
         native_time = None
-        n_iter = iterations_for(size, iterations)
         for name in algorithms:
             runner = case.runner(name)
             wrong = case.wrong(runner) if check else 0
             if straggler is not None:
                 runner = straggler.wrap(comm, name, runner)
             stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
-            t, mean = _timed_with(stalls, lambda: time_runs(comm, runner, n_iter, warmup))
+            timing = _timed_with(stalls, lambda: time_runs(comm, runner, iterations, warmup,
+                                                           min_time=min_time))
+            t = timing.median_us
             if name == registry.NATIVE:
                 native_time = t
             algbw = case.total * dt.itemsize / t / 1e3
             result = Result(collective, name, p, str(dt), case.count * dt.itemsize, case.count,
-                            n_iter, t, algbw, algbw * spec(collective).busbw_factor(p),
+                            timing.iterations, t, algbw,
+                            algbw * spec(collective).busbw_factor(p),
                             native_time / t if native_time else None, wrong,
-                            case.resolve(name) if name == "auto" else None, mean)
+                            case.resolve(name) if name == "auto" else None, timing.mean_us,
+                            timing.p10_us, timing.p90_us, timing.min_us, timing.max_us,
+                            timing.timed_s)
             results.append(result)
             ratio = f"{result.vs_native:9.2f}x" if result.vs_native else f"{'-':>10}"
             label = f"auto:{result.resolved}" if result.resolved else name
-            say(f"  {result.bytes:>10} {label:>20} {n_iter:>6} {t:>11.2f} {algbw:>12.3f} "
-                f"{result.busbw_gbs:>12.3f} {ratio} {wrong:>7}")
+            say(f"  {result.bytes:>10} {label:>20} {timing.iterations:>7} {t:>11.2f} "
+                f"{timing.spread:>6.0%} {algbw:>12.3f} {result.busbw_gbs:>12.3f} {ratio} "
+                f"{wrong:>7}")
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -223,14 +232,13 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     return results
 
 
-def _timed_with(straggler: Straggler | None,
-                measure: Callable[[], tuple[float, float]]) -> tuple[float, float]:
-    """``measure()`` with this rank's step pauses switched on (when it is the straggler)."""
+def _timed_with(straggler: Straggler | None, timed: Callable[[], Timing]) -> Timing:
+    """``timed()`` with this rank's step pauses switched on (when it is the straggler)."""
     if straggler is None or not straggler.probability:
-        return measure()
+        return timed()
     previous = settings.configure(stall=(straggler.probability, straggler.pause))
     try:
-        return measure()
+        return timed()
     finally:
         settings.configure(**vars(previous))
 
@@ -241,10 +249,15 @@ def _progress_bar(total: int, collective: str) -> Any:
                 leave=False)
 
 
+def library_version() -> str:
+    """The MPI library's version line, white space folded (Open MPI's ends in a NUL)."""
+    return " ".join(MPI.Get_library_version().replace("\0", " ").splitlines()[0].split())
+
+
 def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
     """Where and how a run was made (the command, for the record)."""
     return {"command": " ".join(argv), "ranks": comm.size,
-            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+            "mpi": library_version(),
             "host": platform.node(), "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
@@ -257,9 +270,12 @@ def main(args: Any, argv: list[str]) -> int:
     if straggler is not None and not 0 <= straggler.rank < comm.size:
         raise ValueError(f"straggler rank {straggler.rank} is not in 0..{comm.size - 1}")
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
-                  args.iterations, args.warmup, args.check, sys.stdout, progress, straggler)
+                  args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
+                  args.min_time)
     if args.json and comm.rank == 0:
-        write_json(args.json, metadata(comm, argv), results)
+        meta = {**metadata(comm, argv), "min_iterations": args.iterations,
+                "min_time": args.min_time, "warmup": args.warmup}
+        write_json(args.json, meta, results)
     if args.plot and comm.rank == 0:
         plot(results, args.plot)
     wrong = sum(r.wrong for r in results)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import registry
 from ..collectives import SPECS, spec
-from . import arguments
+from . import arguments, timing
 
 # every collective whose buffers a size alone describes (not alltoallv's per-peer counts)
 BENCH_COLLECTIVES = tuple(name for name, c in SPECS.items() if not c.vector)
@@ -25,11 +25,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated algorithm names, or 'all' (native is always run "
                              "as the baseline)")
     parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range,
-                        help="MIN:MAX in bytes, powers of two (K/M/G suffixes), default 8:16M")
-    parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=100,
-                        help="timed iterations per size (a tenth past 1 MiB), default 100")
+                        help="MIN:MAX in bytes (K/M/G suffixes): MIN times powers of two, "
+                             "or of FACTOR with MIN:MAX:FACTOR; default 8:16M")
+    parser.add_argument("-i", "--iterations", type=arguments.at_least(1),
+                        default=timing.MIN_ITERATIONS,
+                        help="the fewest timed iterations per size and algorithm, default "
+                             f"{timing.MIN_ITERATIONS} (more when --min-time asks for them)")
+    parser.add_argument("--min-time", metavar="SECONDS", type=arguments.seconds,
+                        default=timing.MIN_TIME,
+                        help="the least time the timed iterations of a size and algorithm take, "
+                             f"barriers included, default {timing.MIN_TIME:g}; 0: exactly -i "
+                             "iterations")
     parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=10,
-                        help="warm-up calls, default 10")
+                        help="warm-up calls before the timed ones, default 10 (at least one "
+                             "with --min-time: it sizes the count)")
     parser.add_argument("--dtype", default="float32", type=arguments.dtype,
                         help="element type, default float32")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,

@@ -28,15 +28,23 @@ def parse_size(text: str) -> int:
 
 
 def size_range(spec: str) -> list[int]:
-    """'MIN:MAX' (powers of two from MIN to MAX) or a single size -> sizes in bytes."""
-    low, _, high = spec.partition(":")
+    """'MIN:MAX' (MIN, 2 MIN, 4 MIN, ... up to MAX), 'MIN:MAX:FACTOR' (MIN times powers of
+    FACTOR, e.g. 16:16M:4) or a single size -> sizes in bytes."""
+    low, _, rest = spec.partition(":")
+    high, _, step = rest.partition(":")
     lo, hi = parse_size(low), parse_size(high or low)
     if lo <= 0 or hi < lo:
         raise ValueError(f"bad size range {spec!r}: need 0 < MIN <= MAX")
+    try:
+        factor = int(step) if step else 2
+    except ValueError:
+        factor = 0
+    if factor < 2:
+        raise ValueError(f"bad size range {spec!r}: FACTOR must be a whole number >= 2")
     sizes, size = [], lo
     while size <= hi:
         sizes.append(size)
-        size *= 2
+        size *= factor
     return sizes
 
 
@@ -56,6 +64,12 @@ class Result:
     wrong: int
     resolved: str | None = None       # what "auto" picked
     mean_us: float | None = None      # mean over iterations of the slowest rank's time
+    # the spread of those per-iteration times: 10th and 90th percentiles, minimum, maximum
+    p10_us: float | None = None
+    p90_us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    timed_s: float | None = None      # how long the timed iterations took, barriers included
 
 
 def plot(results: list[Result], path: str) -> None:

@@ -28,12 +28,13 @@ def hpccoll(*args: str, ranks: int | None = None,
 def test_bench_writes_checked_results(collective, tmp_path):
     out = tmp_path / "bench.json"
     done = hpccoll("bench", collective, "-a", "all", "-m", "4:64K", "-i", "5", "-x", "1",
-                   "--json", str(out), ranks=3)
+                   "--min-time", "0.01", "--json", str(out), ranks=3)
     assert done.returncode == 0, done.stderr
     lines = [l for l in done.stdout.splitlines() if l and not l.startswith("#")]
     report = json.loads(out.read_text())
     results = report["results"]
     assert report["meta"]["ranks"] == 3 and "hpccoll bench" in report["meta"]["command"]
+    assert (report["meta"]["min_iterations"], report["meta"]["min_time"]) == (5, 0.01)
     assert len(lines) == len(results)
     sizes = sorted({r["bytes"] for r in results})
     assert sizes == [4 << k for k in range(15)]
@@ -44,6 +45,11 @@ def test_bench_writes_checked_results(collective, tmp_path):
         native = rows[0]["time_us"]
         for row in rows:
             assert row["wrong"] == 0 and row["time_us"] > 0 and row["mean_us"] > 0
+            # the spread brackets the median, and the timed iterations add up to the budget
+            assert row["min_us"] <= row["p10_us"] <= row["time_us"] <= row["p90_us"] \
+                <= row["max_us"]
+            assert row["iterations"] >= 5 and row["timed_s"] >= 0.01
+            assert row["timed_s"] >= row["iterations"] * row["mean_us"] * 1e-6
             assert row["vs_native"] == pytest.approx(native / row["time_us"])
             factor = 2 * 2 / 3 if collective == "allreduce" else 2 / 3
             assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor)
@@ -54,6 +60,33 @@ def test_bench_writes_checked_results(collective, tmp_path):
     assert len(body) == len(sizes) and body[0].startswith("| 4 |")
     assert "#wrong over the run: 0" in table.stdout
     assert "best vs native by size band: <= 4K: " in table.stdout and "; 8K-512K: " in table.stdout
+
+
+def test_bench_iterations_follow_the_floor_and_the_time_budget(tmp_path):
+    """-i is a floor at every size (2 MiB included), --min-time 0 makes it the exact count,
+    and a budget adds iterations until the timed ones (barriers included) last that long;
+    the table shows the count and the spread of every cell."""
+    out = tmp_path / "bench.json"
+    done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "2M", "-i", "4", "-x", "1",
+                   "--min-time", "0", "--json", str(out), ranks=2)
+    assert done.returncode == 0, done.stderr
+    assert [r["iterations"] for r in json.loads(out.read_text())["results"]] == [4, 4]
+    done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "2K:4K", "-i", "2", "-x", "2",
+                   "--min-time", "0.05", "--json", str(out), ranks=2)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 4
+    for row in results:
+        assert row["iterations"] >= 2 and row["timed_s"] >= 0.05
+        assert row["min_us"] <= row["p10_us"] <= row["time_us"] <= row["p90_us"] <= \
+            row["max_us"]
+    header, *rows = [l.split() for l in done.stdout.splitlines() if not l.startswith("# ")
+                     or "size(B)" in l]
+    assert header[1:6] == ["size(B)", "algorithm", "iters", "time(us)", "spread"]
+    for row, result in zip(rows, results):
+        assert int(row[2]) == result["iterations"]
+        spread = (result["p90_us"] - result["p10_us"]) / result["time_us"]
+        assert row[4] == f"{spread:.0%}"
 
 
 def test_band_summary_gives_the_range_and_the_winners_per_band():
@@ -107,7 +140,7 @@ def test_list_markdown_has_every_algorithm():
 def test_bench_plots(tmp_path):
     png = tmp_path / "bench.png"
     done = hpccoll("bench", "allgather", "-a", "ring", "-m", "8:1K", "-i", "3", "-x", "1",
-                   "--plot", str(png), ranks=2)
+                   "--min-time", "0", "--plot", str(png), ranks=2)
     assert done.returncode == 0, done.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -150,12 +183,12 @@ def test_bench_straggler_injection(tmp_path):
     algorithm: the ring allreduce on 3 ranks has 4 steps."""
     out = tmp_path / "late.json"
     done = hpccoll("bench", "allreduce", "-a", "ring,direct", "-m", "1K", "-i", "3", "-x", "1",
-                   "--delay", "1:20000", "--json", str(out), ranks=3)
+                   "--min-time", "0", "--delay", "1:20000", "--json", str(out), ranks=3)
     assert done.returncode == 0, done.stderr
     assert "straggler: rank 1 starts 20000 us late" in done.stdout
     assert all(r["time_us"] >= 20000 for r in json.loads(out.read_text())["results"])
     done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "1K", "-i", "3", "-x", "1",
-                   "--pause", "2:1:5000", "--json", str(out), ranks=3)
+                   "--min-time", "0", "--pause", "2:1:5000", "--json", str(out), ranks=3)
     assert done.returncode == 0, done.stderr
     ring = [r for r in json.loads(out.read_text())["results"] if r["algorithm"] == "ring"]
     assert ring[0]["time_us"] >= 4 * 5000
@@ -187,6 +220,11 @@ def test_rules_keep_a_choice_within_five_percent():
      "no directory /nonexistent/dir"),
     (["bench", "allreduce", "-i", "0"],
      "hpccoll bench: error: argument -i/--iterations: must be at least 1"),
+    (["bench", "allreduce", "--min-time", "-1"],
+     "hpccoll bench: error: argument --min-time: must be a finite number of seconds >= 0, "
+     "got -1"),
+    (["bench", "allreduce", "--min-time", "soon"],
+     "hpccoll bench: error: argument --min-time: must be a number of seconds, got 'soon'"),
     (["bench", "allreduce", "-a", "nosuch", "-m", "8"],
      "hpccoll bench: error: unknown algorithm 'nosuch'"),
     (["tune", "nosuch"], "hpccoll tune: error: argument COLLECTIVE: unknown collective 'nosuch'"),
