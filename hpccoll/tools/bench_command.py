@@ -27,18 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range,
                         help="MIN:MAX in bytes (K/M/G suffixes): MIN times powers of two, "
                              "or of FACTOR with MIN:MAX:FACTOR; default 8:16M")
-    parser.add_argument("-i", "--iterations", type=arguments.at_least(1),
-                        default=timing.MIN_ITERATIONS,
-                        help="the fewest timed iterations per size and algorithm, default "
-                             f"{timing.MIN_ITERATIONS} (more when --min-time asks for them)")
-    parser.add_argument("--min-time", metavar="SECONDS", type=arguments.seconds,
-                        default=timing.MIN_TIME,
-                        help="the least time the timed iterations of a size and algorithm take, "
-                             f"barriers included, default {timing.MIN_TIME:g}; 0: exactly -i "
-                             "iterations")
-    parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=10,
-                        help="warm-up calls before the timed ones, default 10 (at least one "
-                             "with --min-time: it sizes the count)")
+    add_timing_arguments(parser, timing.MIN_ITERATIONS, timing.MIN_TIME, 10)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype,
                         help="element type, default float32")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
@@ -54,6 +43,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pause", metavar="RANK:PROB:US",
                         help="straggler: this rank pauses US microseconds before a step with "
                              "probability PROB")
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser, iterations: int, min_time: float,
+                         warmup: int) -> None:
+    """-i, --min-time and -x (how long a cell is timed), with these defaults: bench's and
+    tune's."""
+    parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=iterations,
+                        help="the fewest timed iterations per size and algorithm, default "
+                             f"{iterations} (more when --min-time asks for them)")
+    parser.add_argument("--min-time", metavar="SECONDS", type=arguments.seconds,
+                        default=min_time,
+                        help="the least time the timed iterations of a size and algorithm take, "
+                             f"barriers included, default {min_time:g}; 0: exactly -i "
+                             "iterations")
+    parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=warmup,
+                        help=f"warm-up calls before the timed ones, default {warmup} (at least "
+                             "one with --min-time: it sizes the count)")
 
 
 def add_parser(subparsers: Any) -> None:

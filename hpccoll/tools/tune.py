@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from . import arguments
-from .bench_command import API_NATIVE, BENCH_COLLECTIVES, selected_algorithms
+from .bench_command import (API_NATIVE, BENCH_COLLECTIVES, add_timing_arguments,
+                            selected_algorithms)
 
 
 def bench_collective(name: str) -> str:
@@ -30,8 +31,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("collectives", nargs="*", metavar="COLLECTIVE", type=bench_collective,
                         help=f"default: {' '.join(BENCH_COLLECTIVES)}")
     parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range)
-    parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=50)
-    parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=5)
+    add_timing_arguments(parser, 10, 0.05, 5)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
     parser.add_argument("--repeat", type=int, default=3,
                         help="sweeps per collective; each time is the median over them "
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         for sweep in range(max(1, args.repeat)):
             results = bench.run(comm, collective, names, bench.size_range(args.sizes),
                                 args.dtype, args.iterations, args.warmup, check=sweep == 0,
-                                out=sys.stdout if comm.rank == 0 else None)
+                                out=sys.stdout if comm.rank == 0 else None,
+                                min_time=args.min_time)
             if any(r.wrong for r in results):
                 if comm.rank == 0:
                     print(f"hpccoll tune: wrong results for {collective}; no table written",

@@ -42,12 +42,12 @@ DEFAULTS: dict[str, Any] = {
     "time": "01:00:00", "partition": "", "account": "", "launcher": "srun",
     "srun_mpi": "pmi2", "output_dir": "runs", "exclusive": True, "sbatch": [],
     "collectives": "allreduce,allgather,reduce_scatter,alltoall", "algorithms": "all",
-    "sizes": "8:16M", "iterations": 100, "warmup": 10, "dtype": "float32", "bench_args": "",
+    "sizes": "8:16M", "iterations": 20, "warmup": 10, "dtype": "float32", "bench_args": "",
     "verify_args": "", "tuning_table": "",
 }
 TEMPLATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "verify": {"sizes": "4:64K", "exclusive": False, "time": "00:30:00"},
-    "tune": {"iterations": 50, "warmup": 5},
+    "tune": {"iterations": 10, "warmup": 5},
 }
 # Request fields every template takes (checked whatever the template's placeholders).
 ALWAYS = {"template", "nodes", "ntasks_per_node", "job_name", "python"}
