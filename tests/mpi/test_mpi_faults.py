@@ -102,8 +102,10 @@ def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_no_wrong_data_after_a_timeout(mpi_ranks, comm):
     """Rank 1 skips one allreduce, then both make further allreduces with new data: each call
-    raises or returns the right sum, never a mix with the abandoned call's messages."""
+    raises or returns the right sum, never a mix with the abandoned call's messages; the
+    native call's buffers, which MPI may still write, stay alive after the caller drops them."""
     import hpccoll
+    from hpccoll.runtime import abandoned
     r = comm.rank
     previous = _short_deadline(hpccoll, comm, 1)
     try:
@@ -114,6 +116,12 @@ def test_no_wrong_data_after_a_timeout(mpi_ranks, comm):
             if r == 0:
                 with pytest.raises(hpccoll.CollectiveTimeout):
                     hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                if algorithm == "native":       # MPI still owns the buffers: kept alive
+                    kept = weakref.ref(y)
+                    y = np.zeros_like(x)
+                    gc.collect()
+                    assert kept() is not None
+                    assert "allreduce/native" in abandoned.held()
             else:
                 time.sleep(1.5)
             for k in (10.0, 20.0):
