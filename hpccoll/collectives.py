@@ -88,6 +88,12 @@ class Collective(ABC):
         """The call's size in elements as the benchmarks count it (inverse of bench_call)."""
         return call.counts[0]
 
+    def decision_call(self, call: Call) -> Call:
+        """The call ``auto`` decides on.  Every rank must choose the same algorithm, so this
+        is made of what every rank knows alike: the call itself where ranks pass alike
+        counts (its :meth:`message_count` is then the same on every rank too)."""
+        return call
+
     def data_count(self, call: Call) -> int:
         """Elements per rank that algbw counts (nccl-tests' convention)."""
         return self.message_count(call)
@@ -158,7 +164,7 @@ class Allgather(Collective):
             Region(SEND, 0, count)
 
     def message_count(self, call):
-        return call.counts[call.rank]
+        return max(call.counts, default=0)     # the largest block: alike on every rank
 
     def data_count(self, call):
         return sum(call.counts)
@@ -217,6 +223,12 @@ class Alltoallv(Alltoall):
 
     def alike(self, call):
         return ()               # counts differ by rank: the check mode exchanges them
+
+    def decision_call(self, call):
+        # a rank knows only its own counts: auto decides as for one element per peer, which
+        # every rank derives alike
+        return replace(self.uniform_call(call.p, call.rank, 1), itemsize=call.itemsize,
+                       topology=call.topology, options=call.options)
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         sendcounts, sdispls, recvcounts, rdispls = counts
@@ -338,6 +350,9 @@ class Reduce(Allreduce):
 
     def alike(self, call):
         return call.counts, call.root       # only the root may be in place
+
+    def decision_call(self, call):
+        return replace(call, in_place=False)    # (the root's IN_PLACE is its own)
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         if fields.get("in_place") and rank != fields.get("root", 0):
