@@ -21,10 +21,11 @@ import numpy as np
 
 from .schedule import RECV, SEND, Call, Region, even_split, offsets
 
-# the element types every collective takes (those with an MPI datatype and Numba kernels)
+# the element types every collective takes (those with an MPI datatype and Numba kernels; which
+# reductions apply to which is kernels.KINDS: booleans take the logical and bitwise ones)
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
     "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
+    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool"))
 
 NativeArgs = Callable[[Any, Any], tuple]       # (send, recv) -> mpi4py call arguments
 
