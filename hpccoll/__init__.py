@@ -4,6 +4,7 @@ Drop-in replacements for mpi4py's buffer collectives with a choice of algorithm:
 
     import hpccoll
     hpccoll.allreduce(comm, sendbuf, recvbuf, algorithm="ring")   # or "auto", "native", ...
+    comm = hpccoll.Comm(MPI.COMM_WORLD)    # mpi4py's comm.Allreduce(...) etc. run by hpccoll
 
 Public names load on first use (PEP 562), so ``import hpccoll`` and the tools that need no
 MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI.
@@ -35,6 +36,7 @@ _EXPORTS = {
     "configure": "settings", "set_topology": "context", "topology": "context",
     "recover": "context",
     "Topology": "topology", "SharedAllgather": "shared", "SharedAllreduce": "shared",
+    "Comm": "comm",
 }
 del globals()["topology"]
 

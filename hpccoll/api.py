@@ -138,13 +138,16 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw:
     prepared.start(send, recv).wait()
 
 
-def _start(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> Request:
+def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
+                     ) -> Request:
+    """The non-blocking call of ``collective`` by name (keywords as :func:`prepare`'s)."""
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
     return Request(prepared.start(send, recv, prepared.ctx.next_tags(), cache=False))
 
 
-def _init(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
-          ) -> PersistentRequest:
+def init_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
+                    ) -> PersistentRequest:
+    """The persistent call of ``collective`` by name (keywords as :func:`prepare`'s)."""
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
     return PersistentRequest(prepared, send, recv)
 
@@ -221,64 +224,64 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.
 def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
                options=None) -> Request:
     """Non-blocking :func:`allgather`."""
-    return _start("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
+    return start_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
                   options=options)
 
 
 def ialltoall(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
     """Non-blocking :func:`alltoall`."""
-    return _start("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    return start_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def ialltoallv(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
     """Non-blocking :func:`alltoallv`."""
-    return _start("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    return start_collective("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def ireduce_scatter(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM, algorithm="auto",
                     options=None) -> Request:
     """Non-blocking :func:`reduce_scatter`."""
-    return _start("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
+    return start_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
                   algorithm=algorithm, options=options)
 
 
 def iallreduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
                options=None) -> Request:
     """Non-blocking :func:`allreduce`."""
-    return _start("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
+    return start_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
                   options=options)
 
 
 def allgather_init(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
                    options=None) -> PersistentRequest:
     """Persistent :func:`allgather`: plan once, ``start()``/``wait()`` many times."""
-    return _init("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
+    return init_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
                  options=options)
 
 
 def alltoall_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
                   ) -> PersistentRequest:
     """Persistent :func:`alltoall`."""
-    return _init("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    return init_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def alltoallv_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
                    ) -> PersistentRequest:
     """Persistent :func:`alltoallv`."""
-    return _init("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    return init_collective("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
 
 
 def reduce_scatter_init(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM,
                         algorithm="auto", options=None) -> PersistentRequest:
     """Persistent :func:`reduce_scatter`."""
-    return _init("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
+    return init_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
                  algorithm=algorithm, options=options)
 
 
 def allreduce_init(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
                    options=None) -> PersistentRequest:
     """Persistent :func:`allreduce`."""
-    return _init("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
+    return init_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
                  options=options)
 
 
@@ -299,23 +302,23 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM
 
 def ibcast(comm, buf, *, root=0, algorithm="auto", options=None) -> Request:
     """Non-blocking :func:`bcast`."""
-    return _start("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
+    return start_collective("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
 
 
 def ireduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, root=0, algorithm="auto",
             options=None) -> Request:
     """Non-blocking :func:`reduce`."""
-    return _start("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
+    return start_collective("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
                   options=options)
 
 
 def bcast_init(comm, buf, *, root=0, algorithm="auto", options=None) -> PersistentRequest:
     """Persistent :func:`bcast`."""
-    return _init("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
+    return init_collective("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
 
 
 def reduce_init(comm, sendbuf, recvbuf, *, op=MPI.SUM, root=0, algorithm="auto",
                 options=None) -> PersistentRequest:
     """Persistent :func:`reduce`."""
-    return _init("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
+    return init_collective("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
                  options=options)

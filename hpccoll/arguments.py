@@ -34,7 +34,7 @@ class CallArgs:
     call: Call
     dtype: np.dtype
     op: str | None
-    nbytes: int          # the call's size in the benchmark convention
+    nbytes: int          # the size ``auto`` decides on, in the benchmark convention
 
     @property
     def collective(self) -> str:
@@ -132,7 +132,8 @@ def validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: 
             raise ValueError(f"{collective} on {p} rank(s) with counts {list(call.counts)} "
                              f"needs {need} elements, got {have}")
     op_name = buffers.check_op(op, dtype) if coll.reduces else None
-    args = CallArgs(coll, call, dtype, op_name, coll.message_count(call) * dtype.itemsize)
+    nbytes = coll.message_count(coll.decision_call(call)) * dtype.itemsize
+    args = CallArgs(coll, call, dtype, op_name, nbytes)
     return args, sendbuf if has_send else None, recvbuf
 
 
@@ -152,7 +153,7 @@ def resolve(args: CallArgs, algorithm: str) -> str:
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name, got {type(algorithm).__name__}")
     if algorithm == "auto":
-        return tuning.choose(args.call, args.nbytes)
+        return tuning.choose(args.spec.decision_call(args.call), args.nbytes)
     if algorithm == registry.NATIVE:
         return algorithm
     reason = registry.get(args.collective, algorithm).violated(args.call)

@@ -21,10 +21,11 @@ import numpy as np
 
 from .schedule import RECV, SEND, Call, Region, even_split, offsets
 
-# the element types every collective takes (those with an MPI datatype and Numba kernels)
+# the element types every collective takes (those with an MPI datatype and Numba kernels; which
+# reductions apply to which is kernels.KINDS: booleans take the logical and bitwise ones)
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
     "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
+    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool"))
 
 NativeArgs = Callable[[Any, Any], tuple]       # (send, recv) -> mpi4py call arguments
 
@@ -87,6 +88,12 @@ class Collective(ABC):
     def message_count(self, call: Call) -> int:
         """The call's size in elements as the benchmarks count it (inverse of bench_call)."""
         return call.counts[0]
+
+    def decision_call(self, call: Call) -> Call:
+        """The call ``auto`` decides on.  Every rank must choose the same algorithm, so this
+        is made of what every rank knows alike: the call itself where ranks pass alike
+        counts (its :meth:`message_count` is then the same on every rank too)."""
+        return call
 
     def data_count(self, call: Call) -> int:
         """Elements per rank that algbw counts (nccl-tests' convention)."""
@@ -158,7 +165,7 @@ class Allgather(Collective):
             Region(SEND, 0, count)
 
     def message_count(self, call):
-        return call.counts[call.rank]
+        return max(call.counts, default=0)     # the largest block: alike on every rank
 
     def data_count(self, call):
         return sum(call.counts)
@@ -217,6 +224,12 @@ class Alltoallv(Alltoall):
 
     def alike(self, call):
         return ()               # counts differ by rank: the check mode exchanges them
+
+    def decision_call(self, call):
+        # a rank knows only its own counts: auto decides as for one element per peer, which
+        # every rank derives alike
+        return replace(self.uniform_call(call.p, call.rank, 1), itemsize=call.itemsize,
+                       topology=call.topology, options=call.options)
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         sendcounts, sdispls, recvcounts, rdispls = counts
@@ -338,6 +351,9 @@ class Reduce(Allreduce):
 
     def alike(self, call):
         return call.counts, call.root       # only the root may be in place
+
+    def decision_call(self, call):
+        return replace(call, in_place=False)    # (the root's IN_PLACE is its own)
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         if fields.get("in_place") and rank != fields.get("root", 0):

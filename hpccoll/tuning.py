@@ -18,7 +18,7 @@ A decision table, in the spirit of Open MPI's dynamic rules files::
                                      {"max_bytes": null, "algorithm": "ring"}]},
          {"ranks": [3, 4], "rules": [...]}]}}
 
-For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the block per rank
+For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the largest block
 for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),
 the first entry whose ``ranks`` range holds p is used, and in it the first rule with
 ``nbytes <= max_bytes`` (``null``: no limit).  ``auto`` is resolved when a call's signature is

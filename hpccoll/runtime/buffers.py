@@ -21,7 +21,15 @@ from ..collectives import SUPPORTED_DTYPES
 from . import kernels
 
 
-OP_NAMES = {"sum": "sum", "prod": "prod", "min": "min", "max": "max"}
+# the MPI op of each reduction hpccoll runs (SUM for "sum", ...)
+def _mpi_ops() -> dict[str, MPI.Op]:
+    return {name: getattr(MPI, name.upper()) for name in kernels.OPS}
+
+
+MPI_OPS = _mpi_ops()
+_OP_HANDLES = {op.handle: name for name, op in MPI_OPS.items()}
+# MPI defines LAND, LOR and LXOR for C_BOOL but no bitwise op: on booleans they are the same
+BOOLEAN_TWINS = {"band": "land", "bor": "lor", "bxor": "lxor"}
 
 
 def is_cupy(buf: Any) -> bool:
@@ -76,13 +84,18 @@ def address(buf: Any) -> int:
 
 
 def owner(buf: Any) -> Any:
-    """The object that owns ``buf``'s memory (the end of its ``.base`` chain)."""
-    obj = buf
-    while getattr(obj, "base", None) is not None:
-        obj = obj.base
+    """The object that owns ``buf``'s memory (the end of its ``.base`` chain, through the
+    exporter of a memoryview: a NumPy view of a bytearray or array.array is owned by it)."""
     if is_cupy(buf):
         return buf.data.mem
-    return obj
+    obj = buf
+    while True:
+        if isinstance(obj, memoryview):
+            obj = obj.obj
+        elif getattr(obj, "base", None) is not None:
+            obj = obj.base
+        else:
+            return obj
 
 
 def owner_ref(buf: Any) -> Callable[[], Any]:
@@ -106,21 +119,26 @@ def mpi_buffer(buf: Any, mpi_type: MPI.Datatype) -> list:
 
 
 def check_op(op: Any, dtype: np.dtype) -> str:
-    """The name of reduction ``op`` (an ``MPI.Op`` or a name); ValueError if it does not apply."""
+    """The name of reduction ``op`` (an ``MPI.Op`` or a name); ValueError if hpccoll has no
+    such op or MPI does not define it on ``dtype``'s elements."""
     name = op_name(op)
     if name is None:
-        raise ValueError(f"unsupported reduction op {_op_label(op)}; use one of "
-                         "MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX (or 'sum', 'prod', 'min', 'max')")
-    if name in ("min", "max") and np.dtype(dtype).kind == "c":
-        raise ValueError(f"op {name} is not defined for complex dtype {dtype}")
+        raise ValueError(f"unsupported reduction op {op_label(op)}; use one of "
+                         f"{', '.join(f'MPI.{n.upper()}' for n in kernels.OPS)} (or "
+                         f"{', '.join(repr(n) for n in kernels.OPS)})")
+    if not kernels.applies(name, dtype):
+        kind = kernels.KIND_NAMES.get(np.dtype(dtype).kind, np.dtype(dtype).kind)
+        defined = ", ".join(kernels.KIND_NAMES[k] for k in kernels.KINDS[name])
+        raise ValueError(f"op {name} is not defined for {kind} dtype {dtype} (only on "
+                         f"{defined} elements)")
     return name
 
 
-def _op_label(op: Any) -> str:
-    """How to name ``op`` in an error: MPI's name for a predefined op."""
+def op_label(op: Any) -> str:
+    """How to name ``op`` in a message: MPI's name for a predefined op."""
     if isinstance(op, MPI.Op):
-        for name in ("MAXLOC", "MINLOC", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
-                     "REPLACE", "NO_OP"):
+        for name in ("SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
+                     "MAXLOC", "MINLOC", "REPLACE", "NO_OP"):
             if op == getattr(MPI, name, None):
                 return f"MPI.{name}"
         return "(a user-defined MPI.Op)"
@@ -128,25 +146,26 @@ def _op_label(op: Any) -> str:
 
 
 def op_name(op: Any) -> str | None:
-    """'sum', 'prod', 'min' or 'max' for an MPI op or a name; None for anything else."""
+    """The name of a reduction hpccoll runs ('sum', 'land', ...) for an MPI op or a name; None
+    for anything else."""
     if isinstance(op, str):
-        return OP_NAMES.get(op.lower())
-    if op is MPI.SUM:
-        return "sum"
-    for name, mpi_op in (("sum", MPI.SUM), ("prod", MPI.PROD), ("min", MPI.MIN),
-                         ("max", MPI.MAX)):
-        if op == mpi_op:
-            return name
+        name = op.lower()
+        return name if name in MPI_OPS else None
+    if isinstance(op, MPI.Op):
+        return _OP_HANDLES.get(op.handle)
     return None
 
 
 @lru_cache(maxsize=None)
 def native_op(name: str, dtype: np.dtype) -> MPI.Op:
-    """The MPI op for the native collective: the predefined one, or for float16 outside MPICH
-    (MPI has no standard float16; MPICH reduces MPIX_C_FLOAT16) a user-defined commutative
-    op computing with NumPy."""
-    if np.dtype(dtype) != np.float16 or MPI.get_vendor()[0] == "MPICH":
-        return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[name]
+    """The MPI op for the native collective: the predefined one (on booleans the logical twin
+    of a bitwise op), or for float16 outside MPICH (MPI has no standard float16; MPICH
+    reduces MPIX_C_FLOAT16) a user-defined commutative op computing with NumPy."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        name = BOOLEAN_TWINS.get(name, name)
+    if dtype != np.float16 or MPI.get_vendor()[0] == "MPICH":
+        return MPI_OPS[name]
     ufunc = kernels.UFUNCS[name]
 
     def combine(inbuf, inoutbuf, datatype):

@@ -274,7 +274,7 @@ class Operation:
     context, which is revoked if the operation fails (see the module doc)."""
 
     __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "position", "deadline",
-                 "limit", "done", "computed", "steps", "pending")
+                 "limit", "done", "computed", "steps", "pending", "tested")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
                  on_done: Callable[[], None], memory: tuple, guard: Guard):
@@ -288,6 +288,7 @@ class Operation:
         self.deadline: float | None = None
         self.done = False
         self.computed: list[tuple[int, int]] = []     # results of steps without transfers
+        self.tested: set[int] | None = None     # the current step's receives test() handled
 
     def start(self) -> "Operation":
         binding = self.binding
@@ -320,6 +321,7 @@ class Operation:
             if step.requests:
                 if self.limit is not None:
                     self.deadline = time.monotonic() + self.limit
+                self.tested = None
                 return
             self.computed += step.results
             self.position += 1
@@ -329,7 +331,9 @@ class Operation:
         """Wait for the current step, then post the next."""
         if MPI.Request.Testall(step.requests):
             if step.arrivals:
-                self._arrived(step, step.arrivals)
+                tested = self.tested
+                self._arrived(step, step.arrivals if tested is None else
+                              [i for i in step.arrivals if i not in tested])
         else:
             self._wait_step(step)
         if step.sync:
@@ -378,6 +382,9 @@ class Operation:
             done = MPI.Request.Testsome(step.requests)
             while done:
                 self._arrived(step, done)
+                if self.tested is None:
+                    self.tested = set()
+                self.tested.update(done)
                 done = MPI.Request.Testsome(step.requests)
             if done is not None:
                 if self.deadline is not None and time.monotonic() > self.deadline:

@@ -2,10 +2,13 @@
 rows (the executor's strided reductions and the shared allreduce), and packing of block lists.
 
 Numba is imported on first use (not at ``import hpccoll``) and its compiled kernels are cached
-on disk.  Reductions have one kernel per operation, specialised by Numba per dtype; float16
-has no Numba arithmetic on the CPU, so it falls back to NumPy's ufuncs.  Packing moves
-unsigned words as wide as the blocks' sizes, offsets and addresses allow (up to 8 bytes, chosen
-once per plan by :func:`block_mover`), so its two kernels serve every dtype.
+on disk.  The reduction ops are MPI's predefined arithmetic, logical and bitwise ones; each is
+defined once, as its scalar combination (:data:`SCALARS`) and the NumPy ufunc computing it
+(:data:`UFUNCS`), and both kernel families (pairwise and rows) are written once and generated
+per op (:func:`_pairwise`, :func:`_rows`), Numba specialising them per dtype.  float16 has no
+Numba arithmetic on the CPU, so it falls back to NumPy's ufuncs.  Packing moves unsigned words
+as wide as the blocks' sizes, offsets and addresses allow (up to 8 bytes, chosen once per plan
+by :func:`block_mover`), so its two kernels serve every dtype.
 """
 
 from __future__ import annotations
@@ -17,37 +20,108 @@ from typing import Any, Callable
 
 import numpy as np
 
-OPS = ("sum", "prod", "min", "max")
-UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+# op -> x op y on two scalars, as the kernels compute it: the logical ops give 0/1 (true/false)
+# in the elements' dtype, as MPI's LAND, LOR and LXOR do
+SCALARS: dict[str, Callable[[Any, Any], Any]] = {
+    "sum": lambda x, y: x + y,
+    "prod": lambda x, y: x * y,
+    "min": lambda x, y: min(x, y),
+    "max": lambda x, y: max(x, y),
+    "land": lambda x, y: (x != 0) & (y != 0),
+    "lor": lambda x, y: (x != 0) | (y != 0),
+    "lxor": lambda x, y: (x != 0) ^ (y != 0),
+    "band": lambda x, y: x & y,
+    "bor": lambda x, y: x | y,
+    "bxor": lambda x, y: x ^ y,
+}
+OPS = tuple(SCALARS)
+# the NumPy ufunc of each op (host fallbacks, CuPy by the same name, MPI user-defined ops); a
+# logical ufunc writes its true/false into an ``out`` of the elements' dtype as 1/0
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+          "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor,
+          "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+# the element kinds (NumPy's dtype.kind) each op is defined on, as MPI defines them: SUM and PROD
+# on numbers, MIN and MAX not on complex ones, the logical and bitwise ops on integers (and on
+# booleans: MPI has LAND, LOR and LXOR for C_BOOL; the bitwise ops equal them there)
+KINDS = {"sum": "iufc", "prod": "iufc", "min": "iuf", "max": "iuf",
+         **dict.fromkeys(("land", "lor", "lxor", "band", "bor", "bxor"), "iub")}
+KIND_NAMES = {"i": "integer", "u": "unsigned integer", "f": "floating-point", "c": "complex",
+              "b": "boolean"}
+
+
+def applies(op: str, dtype: np.dtype) -> bool:
+    """Whether reduction ``op`` is defined on elements of ``dtype``."""
+    return np.dtype(dtype).kind in KINDS[op]
+
 
 Reducer = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @lru_cache(maxsize=None)
-def _numba_kernels() -> dict[str, Callable]:
+def _jitted(op: str) -> Callable:
+    """``SCALARS[op]`` compiled by Numba, inlined where a kernel calls it."""
     from numba import njit
+    return njit(inline="always")(SCALARS[op])
 
-    jit = njit(cache=True, nogil=True)
 
-    @jit
-    def sum_kernel(dst, a, b):
+def _combine(op: str, x: Any, y: Any) -> Any:
+    """``x op y`` inside the kernels, ``op`` a name Numba knows when it compiles the caller (a
+    constant of the caller's closure); :func:`_jit` registers its Numba implementation."""
+    return SCALARS[op](x, y)
+
+
+@lru_cache(maxsize=None)
+def _jit() -> Callable:
+    """The decorator of the kernels (``njit``, cached on disk, without the GIL), after making
+    :func:`_combine` known to Numba: the op is a string constant in the generated kernel's
+    closure, which Numba types as a literal, so each kernel compiles to its op's expression
+    alone.  A constant (not a jitted function) in the closure keeps the disk cache valid across
+    runs: the cache's key includes the closure's contents."""
+    from numba import njit, types
+    from numba.extending import overload
+
+    @overload(_combine, prefer_literal=True)
+    def _typed_combine(op, x, y):
+        if not isinstance(op, types.StringLiteral):
+            return None
+        scalar = _jitted(op.literal_value)
+        return lambda op, x, y: scalar(x, y)
+
+    return njit(cache=True, nogil=True)
+
+
+def _pairwise(op: str) -> Reducer:
+    """The kernel ``f(dst, a, b)``: ``dst[i] = a[i] op b[i]``."""
+
+    @_jit()
+    def pairwise(dst, a, b):
         for i in range(dst.size):
-            dst[i] = a[i] + b[i]
+            dst[i] = _combine(op, a[i], b[i])
+    return pairwise
 
-    @jit
-    def prod_kernel(dst, a, b):
-        for i in range(dst.size):
-            dst[i] = a[i] * b[i]
 
-    @jit
-    def min_kernel(dst, a, b):
-        for i in range(dst.size):
-            dst[i] = min(a[i], b[i])
+def _rows(op: str) -> Callable:
+    """The kernel ``f(dst, flat, stride, p)`` of :func:`row_kernels` for ``op``."""
 
-    @jit
-    def max_kernel(dst, a, b):
-        for i in range(dst.size):
-            dst[i] = max(a[i], b[i])
+    @_jit()
+    def rows(dst, flat, stride, p):
+        chunk = max(256, 16384 // dst.itemsize)
+        for j0 in range(0, dst.size, chunk):
+            m = min(chunk, dst.size - j0)
+            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
+            for j in range(m):
+                d[j] = a[j]
+            for i in range(1, p):
+                s = flat[i * stride + j0:i * stride + j0 + m]
+                for j in range(m):
+                    d[j] = _combine(op, d[j], s[j])
+    return rows
+
+
+@lru_cache(maxsize=None)
+def _numba_kernels() -> dict[str, Callable]:
+    """The pairwise reduction kernel of every op, and the two packing kernels."""
+    jit = _jit()
 
     @jit
     def move_blocks(dst, src, starts, width, gather):
@@ -82,8 +156,8 @@ def _numba_kernels() -> dict[str, Callable]:
                 dst[d + j] = src[s + j]
             at += counts[k]
 
-    return {"sum": sum_kernel, "prod": prod_kernel, "min": min_kernel, "max": max_kernel,
-            "move_blocks": move_blocks, "move_runs": move_runs}
+    return {**{op: _pairwise(op) for op in OPS}, "move_blocks": move_blocks,
+            "move_runs": move_runs}
 
 
 def reducer(op: str, dtype: np.dtype) -> Reducer:
@@ -164,63 +238,7 @@ def row_kernels() -> dict[str, Callable]:
     to row 0 op ... op row p-1, row i being ``flat[i*stride : i*stride + dst.size]`` of a
     C-contiguous 1-D ``flat``; one pass over the sources, 16 KiB of ``dst`` at a time so the
     accumulator stays in L1 and the inner loops vectorise.  Not for float16."""
-    from numba import njit
-
-    jit = njit(cache=True, nogil=True)
-
-    @jit
-    def rows_sum(dst, flat, stride, p):
-        chunk = max(256, 16384 // dst.itemsize)
-        for j0 in range(0, dst.size, chunk):
-            m = min(chunk, dst.size - j0)
-            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
-            for j in range(m):
-                d[j] = a[j]
-            for i in range(1, p):
-                s = flat[i * stride + j0:i * stride + j0 + m]
-                for j in range(m):
-                    d[j] = d[j] + s[j]
-
-    @jit
-    def rows_prod(dst, flat, stride, p):
-        chunk = max(256, 16384 // dst.itemsize)
-        for j0 in range(0, dst.size, chunk):
-            m = min(chunk, dst.size - j0)
-            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
-            for j in range(m):
-                d[j] = a[j]
-            for i in range(1, p):
-                s = flat[i * stride + j0:i * stride + j0 + m]
-                for j in range(m):
-                    d[j] = d[j] * s[j]
-
-    @jit
-    def rows_min(dst, flat, stride, p):
-        chunk = max(256, 16384 // dst.itemsize)
-        for j0 in range(0, dst.size, chunk):
-            m = min(chunk, dst.size - j0)
-            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
-            for j in range(m):
-                d[j] = a[j]
-            for i in range(1, p):
-                s = flat[i * stride + j0:i * stride + j0 + m]
-                for j in range(m):
-                    d[j] = min(d[j], s[j])
-
-    @jit
-    def rows_max(dst, flat, stride, p):
-        chunk = max(256, 16384 // dst.itemsize)
-        for j0 in range(0, dst.size, chunk):
-            m = min(chunk, dst.size - j0)
-            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
-            for j in range(m):
-                d[j] = a[j]
-            for i in range(1, p):
-                s = flat[i * stride + j0:i * stride + j0 + m]
-                for j in range(m):
-                    d[j] = max(d[j], s[j])
-
-    return {"sum": rows_sum, "prod": rows_prod, "min": rows_min, "max": rows_max}
+    return {op: _rows(op) for op in OPS}
 
 
 def reduce_rows(op: str, dst: np.ndarray, rows: np.ndarray) -> None:

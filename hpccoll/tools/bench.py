@@ -180,6 +180,8 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
         if progress and comm.rank == 0 else None
     dt = np.dtype(dtype)
+    if spec(collective).reduces:
+        buffers.check_op("sum", dt)     # the benchmark sums: not on booleans, say so first
     results: list[Result] = []
     say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
         (lambda line: None)

@@ -265,3 +265,22 @@ def test_topology_aware_algorithms_on_given_topologies(mpi_ranks, comm):
                 hpccoll.reduce_scatter(sub, vector, got, algorithm=name)
                 check(got, block, f"reduce_scatter {name} {spec} n={n}")
         sub.Free()
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+def test_test_then_wait_runs_each_arrival_once(mpi_ranks, comm):
+    """test() that completes part of a step, then wait(): each arrival's reduction runs
+    once (it ran twice when wait found the whole step complete)."""
+    import hpccoll
+    r = comm.rank
+    for algorithm in ("direct", "ring", "recursive_doubling"):
+        for trial in range(20):
+            x = np.arange(7, dtype=np.float64) * (r + 1) + trial
+            want = np.zeros(7)
+            comm.Allreduce(x, want)
+            got = np.full(7, 77.0)
+            request = hpccoll.iallreduce(comm, x, got, algorithm=algorithm)
+            for _ in range(trial % 4):
+                request.test()
+            request.wait()
+            assert np.array_equal(got, want), (algorithm, trial)

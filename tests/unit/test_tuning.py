@@ -1,0 +1,30 @@
+"""``algorithm="auto"`` picks the same algorithm on every rank of a call, also where ranks
+pass different counts (allgatherv's own block, alltoallv's own counts) or only the root is in
+place (reduce): otherwise ranks would run different schedules and never match."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hpccoll import tuning
+from hpccoll.collectives import SPECS
+
+
+@pytest.mark.parametrize("table", ["shipped", "none"])
+@pytest.mark.parametrize("collective", list(SPECS))
+def test_auto_decides_alike_on_every_rank(collective, table, monkeypatch):
+    if table == "none":
+        monkeypatch.setenv("HPCCOLL_TUNING_FILE", "none")      # the cost model decides
+    spec = SPECS[collective]
+    rng = random.Random(7)
+    for p in (2, 3, 4, 5, 8):
+        for counts in ((0, 3), (1, 300), (200, 5000)):
+            calls = spec.random_calls(p, rng, counts, uniform=False, in_place=spec.in_place,
+                                      itemsize=4)
+            chosen = set()
+            for call in calls:
+                decided = spec.decision_call(call)
+                chosen.add(tuning.choose(decided, spec.message_count(decided) * 4))
+            assert len(chosen) == 1, (p, counts, chosen, [c.counts for c in calls])
