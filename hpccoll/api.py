@@ -39,6 +39,7 @@ class Prepared:
         self.reduce = None
         self.label = f"{args.collective}/{algorithm}"
         self.shift = identity(args, algorithm) % ctx.tag_span
+        self.blocking_tags = (*ctx.blocking_tags, self.shift)
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
         else:
@@ -70,8 +71,8 @@ class Prepared:
         if self.plan.program.window:
             window = ctx.node_window(self.plan.program.window * self.args.dtype.itemsize,
                                      self.shift)
-        base, span = ctx.blocking_tags if tags is None else tags
-        binding = self.plan.binding(ctx.comm, send, recv, addresses, (base, span, self.shift),
+        binding = self.plan.binding(ctx.comm, send, recv, addresses,
+                                    self.blocking_tags if tags is None else (*tags, self.shift),
                                     cache, window)
         return Operation(binding, self.reduce, on_done, (send, recv), ctx).start()
 
