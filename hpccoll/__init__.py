@@ -40,10 +40,14 @@ _EXPORTS = {
 }
 del globals()["topology"]
 
-__all__ = list(_EXPORTS)
+_SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on the collectives
+
+__all__ = list(_EXPORTS) + list(_SUBPACKAGES)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hpccoll' has no attribute {name!r}")

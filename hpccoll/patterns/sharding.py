@@ -1,0 +1,93 @@
+"""A sequence axis of length S sharded over the N ranks of a communicator.
+
+A layout says which global rows each rank holds, in which local order (:func:`positions`):
+
+- ``contiguous``: rank r holds ``np.array_split(np.arange(S), N)[r]`` (the first S % N ranks
+  one row more);
+- ``zigzag``: the sequence cut into 2N chunks by ``np.array_split``; rank r holds chunks r and
+  2N-1-r, in that order, so that under a causal mask every rank has the same work;
+
+:func:`shard` takes this rank's rows of a full array, :func:`unshard` gathers the full array
+on every rank (an allgather of the shards, any hpccoll algorithm, then the rows put in global
+order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def split_counts(length: int, parts: int) -> list[int]:
+    """The sizes of ``np.array_split(range(length), parts)``: the first ``length % parts``
+    parts one longer."""
+    base, extra = divmod(length, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+def _chunks(length: int, parts: int) -> list[np.ndarray]:
+    return np.array_split(np.arange(length), parts)
+
+
+def positions(length: int, ranks: int, layout: str) -> list[np.ndarray]:
+    """For each rank, the global rows (of ``length``) it holds under ``layout``, in its local
+    order."""
+    if layout == "contiguous":
+        return _chunks(length, ranks)
+    if layout == "zigzag":
+        chunks = _chunks(length, 2 * ranks)
+        return [np.concatenate((chunks[r], chunks[2 * ranks - 1 - r])) for r in range(ranks)]
+    raise ValueError(f"unknown layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+
+
+def _axis(array: np.ndarray, axis: int) -> int:
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected a NumPy array, got {type(array).__name__}")
+    if not -array.ndim <= axis < array.ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of {array.ndim} "
+                         "dimension(s)")
+    return axis % array.ndim
+
+
+def shard(x_full: np.ndarray, comm: MPI.Comm, layout: str = "contiguous",
+          axis: int = 0) -> np.ndarray:
+    """This rank's rows of ``x_full`` along ``axis`` under ``layout`` (a new array)."""
+    axis = _axis(x_full, axis)
+    rows = positions(x_full.shape[axis], comm.Get_size(), layout)[comm.Get_rank()]
+    return np.take(x_full, rows, axis=axis)
+
+
+def unshard(x_local: np.ndarray, comm: MPI.Comm, layout: str = "contiguous", axis: int = 0,
+            *, algorithm: str = "auto") -> np.ndarray:
+    """The full array on every rank from the shards along ``axis`` under ``layout``, gathered
+    with ``hpccoll.allgather`` (``algorithm``).  The shards' shapes are compared on every rank
+    first: ValueError everywhere if they do not fit the layout or each other."""
+    from .. import allgather
+    axis = _axis(x_local, axis)
+    positions(0, 1, layout)                              # an unknown layout: before any message
+    rest = x_local.shape[:axis] + x_local.shape[axis + 1:]
+    shapes = comm.allgather((x_local.shape[axis], rest, x_local.dtype.str))
+    counts = [rows for rows, _, _ in shapes]
+    if len({(shape, dtype) for _, shape, dtype in shapes}) > 1:
+        raise ValueError(f"the shards differ in shape or dtype beside axis {axis}: "
+                         f"{[(shape, dtype) for _, shape, dtype in shapes]}")
+    length = sum(counts)
+    held = positions(length, len(counts), layout)
+    if counts != [len(rows) for rows in held]:
+        raise ValueError(f"the shards' lengths {counts} along axis {axis} are not the "
+                         f"{layout} layout of {length} rows over {len(counts)} ranks "
+                         f"({[len(rows) for rows in held]})")
+    row = int(np.prod(rest, dtype=np.int64))
+    send = np.ascontiguousarray(np.moveaxis(x_local, axis, 0))
+    gathered = np.empty((length, *rest), x_local.dtype)
+    allgather(comm, send.reshape(-1), gathered.reshape(-1),
+              recvcounts=[rows * row for rows in counts], algorithm=algorithm)
+    if layout != "contiguous":
+        ordered = np.empty_like(gathered)
+        ordered[np.concatenate(held)] = gathered
+        gathered = ordered
+    return np.moveaxis(gathered, 0, axis)
