@@ -13,6 +13,7 @@ import bisect
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
+import numpy as np
 from mpi4py import MPI
 
 from . import registry, settings
@@ -21,20 +22,26 @@ from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf,
 from .collectives import nonblocking
 from .context import Context, context, existing_context
 from .requests import NativeOperation, PersistentRequest, Request
-from .runtime import buffers, kernels
+from .runtime import buffers, device, kernels
 from .runtime.executor import Operation, Plan
 from .schedule import offsets
 
 class Prepared:
     """A validated call with its algorithm chosen and planned; ``start`` runs it on buffers
-    of the validated kind, dtype and sizes (cached and reused by later identical calls)."""
+    of the validated kind, dtype and sizes (cached and reused by later identical calls).
 
-    def __init__(self, ctx: Context, args: CallArgs, algorithm: str, array_kind: str):
+    Device buffers go to MPI as they are when it is GPU-aware (:func:`buffers.gpu_aware`,
+    decided here, once), the local work running as device kernels; otherwise each call copies
+    them into pinned host buffers allocated once for this call signature, runs on those, and
+    copies the result back (a second call running meanwhile gets buffers of its own)."""
+
+    def __init__(self, ctx: Context, args: CallArgs, algorithm: str, memory_kind: str):
         self.ctx = ctx
         self.args = args
         self.algorithm = algorithm
         self.ignores_recv = ignores_recvbuf(args.spec, args.call.rank, args.call.root)
-        self.staged = array_kind == "cupy" and not buffers.gpu_aware()
+        self.host: tuple[Any, Any] | None = None        # the staging buffers, once made
+        self.host_busy = False
         self.plan: Plan | None = None
         self.reduce = None
         self.label = f"{args.collective}/{algorithm}"
@@ -46,9 +53,19 @@ class Prepared:
             key = (args.collective, algorithm, args.call, args.dtype)
             planner = registry.get(args.collective, algorithm).planner
             self.plan = ctx.plan(key, lambda: Plan(planner(args.call), args.dtype, self.label))
+        # a shared window is host memory: its algorithms stage device buffers
+        self.on_device = memory_kind == buffers.DEVICE
+        self.staged = self.on_device and \
+            (not buffers.gpu_aware() or self.plan is not None and self.plan.program.window > 0)
+        on_host = not self.on_device or self.staged
+        if args.op and not on_host and not device.reduces(args.op, args.dtype):
+            raise TypeError(f"{args.op} on {args.dtype} device arrays: the device kernels do "
+                            f"not reduce {args.dtype} (stage through host memory with "
+                            "HPCCOLL_GPU_AWARE=0, or reduce another dtype)")
+        if self.plan is not None:
             if args.op:
-                self.reduce = kernels.reduction(args.op, args.dtype) \
-                    if array_kind == "numpy" or self.staged else buffers.device_reduction(args.op)
+                self.reduce = kernels.reduction(args.op, args.dtype) if on_host \
+                    else device.reduction(args.op)
 
     def start(self, send: Any, recv: Any, tags: tuple[int, int] | None = None,
               cache: bool = True) -> Any:
@@ -62,11 +79,17 @@ class Prepared:
         if settings.current.check:
             agree(ctx.comm, self.args, self.algorithm, ctx)
         on_done = _nothing
-        if self.staged:
-            send, recv, on_done = _stage_on_host(send, recv)
+        memory = (send, recv)
+        if self.on_device:
+            device.synchronize()            # the user's kernels on them are done
+            if self.staged:
+                send, recv, on_done = self._stage(send, recv)
+                addresses = check_apart(send, recv)
         if self.plan is None:
+            if self.on_device and not self.staged:
+                send, recv = buffers.message(send), buffers.message(recv)
             return NativeOperation(self.label, self.start_native(send, recv), on_done,
-                                   (send, recv), ctx)
+                                   memory + (send, recv), ctx)
         window = None
         if self.plan.program.window:
             window = ctx.node_window(self.plan.program.window * self.args.dtype.itemsize,
@@ -74,7 +97,29 @@ class Prepared:
         binding = self.plan.binding(ctx.comm, send, recv, addresses,
                                     self.blocking_tags if tags is None else (*tags, self.shift),
                                     cache, window)
-        return Operation(binding, self.reduce, on_done, (send, recv), ctx).start()
+        return Operation(binding, self.reduce, on_done, memory + (send, recv), ctx).start()
+
+    def _stage(self, send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
+        """The pinned host buffers for device ``send``/``recv`` (send None when there is
+        none), filled from them, and the callback that copies the result back."""
+        host = self.host
+        if host is None or self.host_busy:
+            host = (None if send is None else device.pinned(send.size, send.dtype),
+                    device.pinned(recv.size, recv.dtype))
+            if self.host is None:
+                self.host = host
+        mine = host is self.host
+        self.host_busy |= mine
+        host_send, host_recv = host
+        if send is not None:
+            device.to_host(send, host_send)
+        device.to_host(recv, host_recv)     # what the call does not write stays as it was
+
+        def copy_back() -> None:
+            device.to_device(host_recv, recv)
+            if mine:
+                self.host_busy = False
+        return host_send, host_recv, copy_back
 
     def release(self, tags: tuple[int, int]) -> None:
         """Free the persistent requests made for tag range ``tags``."""
@@ -95,15 +140,6 @@ def _nothing() -> None:
     pass
 
 
-def _stage_on_host(send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
-    """Host copies of CuPy buffers for an MPI that cannot read device memory, and the
-    callback that copies the result back."""
-    buffers.synchronize(recv)
-    host_send = None if send is None else buffers.to_host(send)
-    host_recv = buffers.to_host(recv)
-    return host_send, host_recv, lambda: recv.set(host_recv)
-
-
 def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: Any = None,
             op: Any = None, root: Any = 0, algorithm: str = "auto",
             options: Mapping[str, Any] | None = None) -> tuple[Prepared, Any, Any]:
@@ -112,15 +148,16 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
     call on the same communicator is served from a cache after a cheap signature check."""
     ctx = existing_context(comm) if isinstance(comm, MPI.Comm) else None
     key = signature(collective, sendbuf, recvbuf, counts, op, root, algorithm, options) \
-        if ctx is not None else None
+        if isinstance(comm, MPI.Comm) else None
     if key is not None:
         try:
-            found = ctx.calls.get(key)
+            found = None if ctx is None else ctx.calls.get(key)
+            hash(key)
         except TypeError:               # unhashable arguments: validation says what is wrong
             found = key = None
         if found is not None:
-            send = None if sendbuf is MPI.IN_PLACE else sendbuf
-            return found, send, send[:0] if found.ignores_recv else recvbuf
+            send = None if sendbuf is MPI.IN_PLACE else _array(sendbuf)
+            return found, send, send[:0] if found.ignores_recv else _array(recvbuf)
     args, send, recv = validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                 root=root, options=options)
     resolve(args, algorithm)            # unknown names and constraints on p: before any message
@@ -131,6 +168,11 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
     if key is not None:
         ctx.remember(key, prepared)
     return prepared, send, recv
+
+
+def _array(buf: Any) -> Any:
+    """The array of an already validated buffer (a NumPy array is one)."""
+    return buf if isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
 
 
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:

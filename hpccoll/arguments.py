@@ -98,18 +98,19 @@ def validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: 
         counts = (sendcounts, sdispls, recvcounts, rdispls)
     has_send = not (in_place or coll.one_buffer)
     if has_send:
-        buffers.check_array(sendbuf, "sendbuf", writable=False)
+        sendbuf = _array(sendbuf, "sendbuf", writable=False)
     if ignores_recvbuf(coll, rank, root) and not in_place:
         recvbuf = sendbuf[:0]
     else:
-        buffers.check_array(recvbuf, "recvbuf" if not coll.one_buffer else "buf",
-                            writable=True)
+        recvbuf = _array(recvbuf, "recvbuf" if not coll.one_buffer else "buf", writable=True)
     if has_send:
         if sendbuf.dtype != recvbuf.dtype:
             raise TypeError(f"sendbuf dtype {sendbuf.dtype} differs from recvbuf dtype "
                             f"{recvbuf.dtype}")
         if buffers.kind(sendbuf) != buffers.kind(recvbuf):
-            raise TypeError("sendbuf and recvbuf must both be NumPy or both CuPy arrays")
+            raise TypeError(f"sendbuf is {buffers.kind(sendbuf)} memory and recvbuf "
+                            f"{buffers.kind(recvbuf)} memory: pass both on the host or both "
+                            "on the GPU")
         check_apart(sendbuf, recvbuf)
     dtype = recvbuf.dtype
     send_n = sendbuf.size if has_send else None
@@ -135,6 +136,15 @@ def validate(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: 
     nbytes = coll.message_count(coll.decision_call(call)) * dtype.itemsize
     args = CallArgs(coll, call, dtype, op_name, nbytes)
     return args, sendbuf if has_send else None, recvbuf
+
+
+def _array(buf: Any, name: str, writable: bool) -> Any:
+    """The checked array hpccoll works on for the user's ``buf`` (:func:`buffers.adapt`)."""
+    array = buffers.adapt(buf, name)
+    if buffers.kind(array) == buffers.DEVICE:
+        buffers.check_device(buf, name)
+    buffers.check_array(array, name, writable=writable)
+    return array
 
 
 def check_apart(send: Any, recv: Any) -> tuple[int, int]:
@@ -166,6 +176,11 @@ def resolve(args: CallArgs, algorithm: str) -> str:
 def _buffer_key(buf: Any, writable: bool) -> tuple | str | None:
     if buf is None or buf is MPI.IN_PLACE:
         return None if buf is None else "in place"
+    if not isinstance(buf, np.ndarray):
+        found = buffers.key(buf)
+        if found is None:
+            raise TypeError("not cacheable")
+        return found
     flags = buf.flags
     return (type(buf), buf.dtype, buf.size, flags.c_contiguous) + \
         ((flags.writeable,) if writable else ())

@@ -12,7 +12,7 @@ implements (Allgather(v), Alltoall(v), Reduce_scatter(_block), Allreduce, Bcast,
 their blocking, non-blocking (``I...``) and persistent (``..._init``) forms, with mpi4py's
 signatures and buffer specifications (``buf``, ``[buf, MPI.DOUBLE]``, ``[buf, count, type]``,
 ``[buf, (count, displ), type]``, ``[buf, counts, displs, type]``, ... over any contiguous
-buffer-protocol object or CuPy array), read as mpi4py reads them and viewed, never copied, as
+buffer-protocol object or GPU array), read as mpi4py reads them and viewed, never copied, as
 flat arrays of the datatype's NumPy type.
 
 A call hpccoll cannot run goes to MPI's own collective with the same arguments, so its result
@@ -155,7 +155,12 @@ def _element_type(datatype: Any) -> tuple[np.dtype, bool]:
 def _flat(buf: Any, writable: bool) -> Any:
     """The buffer's memory as a flat array (a view, never a copy); _Native where there is no
     such view (mpi4py then takes the buffer, or says what is wrong with it)."""
-    if buffers.kind(buf) is not None:
+    if not isinstance(buf, np.ndarray) and buffers.device.is_device(buf):
+        array = buffers.adapt(buf, "buffer")
+        if not buffers.device.contiguous(array):
+            raise _Native("a non-contiguous device buffer")
+        return buffers.flat(array)
+    if isinstance(buf, np.ndarray):
         flags = buf.flags
         if flags.c_contiguous:
             array = buf if buf.ndim == 1 else buf.reshape(-1)
@@ -175,7 +180,7 @@ def _flat(buf: Any, writable: bool) -> Any:
 
 
 def _writable(array: Any) -> bool:
-    return getattr(array.flags, "writeable", True)     # (CuPy's arrays are writable)
+    return not isinstance(array, np.ndarray) or array.flags.writeable   # device: writable
 
 
 def _elements(buf: Any, datatype: Any, writable: bool) -> tuple[Any, bool, int]:

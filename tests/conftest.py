@@ -14,3 +14,5 @@ os.environ.setdefault("HPCCOLL_TIMEOUT", "60")
 def pytest_configure(config):
     config.addinivalue_line("markers", "faults: fault-injection and misuse tests (timeouts, "
                                        "ranks that disagree, revocation, recovery, soak)")
+    config.addinivalue_line("markers", "gpu: needs a real CUDA GPU (perf/gpu_check.sh runs "
+                                       "them); skipped, saying why, elsewhere")

@@ -5,6 +5,7 @@
 * :mod:`.progress`: CollectiveTimeout, deadlines and the one polling loop every wait uses;
 * :mod:`.agreement`: ranks deciding together (every rank's data; "did every rank succeed");
 * :mod:`.window`: node-shared memory (segments, alignment, the executor's NodeWindow);
-* :mod:`.buffers`: user arrays (NumPy/CuPy), MPI datatypes and ops, GPU-aware MPI;
+* :mod:`.buffers`: user arrays (host or GPU memory), MPI datatypes and ops, GPU-aware MPI;
+* :mod:`.device`: GPU memory through Numba's CUDA layer (the simulator too), device kernels;
 * :mod:`.kernels`: the Numba kernels for reductions and packing.
 """

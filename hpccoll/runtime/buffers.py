@@ -1,15 +1,17 @@
-"""User buffers: NumPy or CuPy arrays, their MPI datatypes, and GPU-aware MPI detection.
+"""User buffers: host or GPU memory, their MPI datatypes, and GPU-aware MPI detection.
 
-Everything the executor needs to know about an array goes through here: whether it lives on
-the host or a GPU, its flat view, its address, who owns its memory (for the persistent-request
-cache), and how to compute on it.  CuPy buffers go to MPI directly when the MPI library is
-CUDA-aware, otherwise through host copies (see :func:`gpu_aware`).
+Everything the executor needs to know about an array goes through here.  :func:`adapt` turns a
+user's buffer into the array hpccoll works on, viewing the same memory (never a copy): a NumPy
+array for host memory (NumPy arrays, PyTorch CPU tensors, anything with the buffer protocol),
+a Numba device array for GPU memory (see :mod:`.device`).  The rest answers, for either kind:
+its flat view, its address, who owns its memory (for the persistent-request cache), how to
+allocate beside it and how to compute on it.  Device buffers go to MPI directly when the MPI
+library is GPU-aware, otherwise through pinned host copies (see :func:`gpu_aware`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import weakref
 from functools import lru_cache
 from typing import Any, Callable
@@ -17,8 +19,11 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from .. import settings
 from ..collectives import SUPPORTED_DTYPES
-from . import kernels
+from . import device, kernels
+
+HOST, DEVICE = "host", "device"
 
 
 # the MPI op of each reduction hpccoll runs (SUM for "sum", ...)
@@ -32,62 +37,102 @@ _OP_HANDLES = {op.handle: name for name, op in MPI_OPS.items()}
 BOOLEAN_TWINS = {"band": "land", "bor": "lor", "bxor": "lxor"}
 
 
-def is_cupy(buf: Any) -> bool:
-    return type(buf).__module__.startswith("cupy")
-
-
-def kind(buf: Any) -> str | None:
-    """'numpy', 'cupy', or None for anything that is not an array hpccoll takes."""
+def adapt(buf: Any, name: str) -> Any:
+    """The array hpccoll works on for the user's ``buf`` (same memory): a NumPy array, or a
+    Numba device array for GPU memory; TypeError for anything else."""
     if isinstance(buf, np.ndarray):
-        return "numpy"
-    if is_cupy(buf) and hasattr(buf, "__cuda_array_interface__"):
-        return "cupy"
-    return None
+        return buf
+    if device.is_device(buf):
+        return device.as_device(buf)
+    if type(buf).__module__.startswith("torch"):       # a CPU tensor: NumPy shares its memory
+        try:
+            return buf.numpy()
+        except RuntimeError as error:
+            raise TypeError(f"{name}: {error}") from None
+    try:
+        return np.asarray(memoryview(buf))
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array (NumPy, a PyTorch tensor, anything with the "
+                        "buffer protocol, or GPU memory: __cuda_array_interface__, DLPack, "
+                        f"Numba device arrays), got {type(buf).__name__}") from None
+
+
+def kind(array: Any) -> str:
+    """:data:`HOST` or :data:`DEVICE` for an array :func:`adapt` returned."""
+    return HOST if isinstance(array, np.ndarray) else DEVICE
+
+
+def key(buf: Any) -> tuple | None:
+    """What validation reads from a user's buffer that is not a NumPy array, cheaply, for
+    the call cache (with the GPU it is on and the current one); None: not cacheable."""
+    if device.is_numba_array(buf):
+        return (type(buf), buf.dtype, buf.shape, device.contiguous(buf),
+                device.current_device())
+    interface = getattr(buf, "__cuda_array_interface__", None)
+    if interface is None:
+        return None
+    return (type(buf), interface["typestr"], tuple(interface["shape"]),
+            interface.get("strides"), interface["data"][1], device.device_id(buf),
+            device.current_device())
 
 
 def check_array(buf: Any, name: str, *, writable: bool) -> None:
-    """TypeError/ValueError if ``buf`` cannot be used as a collective's buffer."""
-    if kind(buf) is None:
-        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(buf).__name__}")
+    """TypeError/ValueError if the adapted ``buf`` cannot be a collective's buffer."""
     if buf.dtype not in SUPPORTED_DTYPES:
         supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise TypeError(f"{name} has dtype {buf.dtype}, which is not supported ({supported})")
-    if not buf.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (pass np.ascontiguousarray(...))")
-    if writable and not buf.flags.writeable:
-        raise ValueError(f"{name} is read-only")
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (pass np.ascontiguousarray(...))")
+        if writable and not buf.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+        return
+    if not device.contiguous(buf):
+        raise ValueError(f"{name} is a non-contiguous device array: pass a C-contiguous one "
+                         "(e.g. cupy.ascontiguousarray(...), tensor.contiguous())")
+
+
+def check_device(raw: Any, name: str) -> None:
+    """ValueError if the GPU memory ``raw`` is on another device than the current one (on
+    which hpccoll allocates and launches its kernels)."""
+    where, current = device.device_id(raw), device.current_device()
+    if where != current:
+        raise ValueError(f"{name} is on GPU {where} but the current device is GPU {current}: "
+                         "make its device current (cupy.cuda.Device(i).use(), "
+                         "torch.cuda.set_device(i), numba.cuda.select_device(i)) or move it")
 
 
 def flat(buf: Any) -> Any:
     """The 1-D view of a C-contiguous array."""
-    return buf.reshape(-1)
+    return buf.reshape(-1) if isinstance(buf, np.ndarray) else buf.reshape(buf.size)
 
 
 def borrowed(buf: Any) -> Any:
     """The 1-D view of ``buf``'s memory that does not keep ``buf`` alive (for cached
     bindings: whoever uses it must hold ``buf`` meanwhile, and check :func:`owner_ref`)."""
+    if not isinstance(buf, np.ndarray):
+        return device.borrowed(buf)
     view = flat(buf)
     if view.nbytes == 0:
         return view[:0].copy()
-    if isinstance(buf, np.ndarray):
-        memory = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
-        return np.frombuffer(memory, view.dtype)
-    import cupy
-    memory = cupy.cuda.UnownedMemory(view.data.ptr, view.nbytes, None)
-    return cupy.ndarray(view.shape, view.dtype, cupy.cuda.MemoryPointer(memory, 0))
+    memory = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
+    return np.frombuffer(memory, view.dtype)
+
+
+def empty(like: str, count: int, dtype: np.dtype) -> Any:
+    """``count`` elements of ``dtype`` in the memory of kind ``like``."""
+    return np.empty(count, dtype) if like == HOST else device.empty(count, dtype)
 
 
 def address(buf: Any) -> int:
     if isinstance(buf, np.ndarray):
         return MPI.buffer(buf).address
-    return buf.data.ptr
+    return device.address(buf)
 
 
 def owner(buf: Any) -> Any:
     """The object that owns ``buf``'s memory (the end of its ``.base`` chain, through the
     exporter of a memoryview: a NumPy view of a bytearray or array.array is owned by it)."""
-    if is_cupy(buf):
-        return buf.data.mem
     obj = buf
     while True:
         if isinstance(obj, memoryview):
@@ -100,7 +145,12 @@ def owner(buf: Any) -> Any:
 
 def owner_ref(buf: Any) -> Callable[[], Any]:
     """A weak reference to the owner of ``buf``'s memory, or a strong one where the owner
-    takes no weak references (bytes): a dead reference means the memory may be reused."""
+    takes no weak references (bytes): a dead reference means the memory may be reused.
+    Device memory has no owner hpccoll can follow through every library (CuPy, PyTorch,
+    Numba): its bindings live until evicted, which is safe because a binding only runs on
+    buffers validated at its addresses."""
+    if not isinstance(buf, np.ndarray):
+        return _present
     obj = owner(buf)
     try:
         return weakref.ref(obj)
@@ -113,9 +163,14 @@ def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:
     return MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
+def message(buf: Any) -> MPI.buffer:
+    """``buf``'s memory for MPI by its raw address (host or device), not keeping it alive."""
+    return MPI.buffer.fromaddress(address(buf), buf.nbytes)
+
+
 def mpi_buffer(buf: Any, mpi_type: MPI.Datatype) -> list:
     """An MPI message spec for ``buf`` that does not keep ``buf`` alive (raw address)."""
-    return [MPI.buffer.fromaddress(address(buf), buf.nbytes), buf.size, mpi_type]
+    return [message(buf), buf.size, mpi_type]
 
 
 def check_op(op: Any, dtype: np.dtype) -> str:
@@ -175,34 +230,24 @@ def native_op(name: str, dtype: np.dtype) -> MPI.Op:
     return MPI.Op.Create(combine, commute=True)
 
 
-@lru_cache(maxsize=1)
+def _present() -> bool:
+    return True
+
+
 def gpu_aware() -> bool:
     """Whether MPI takes device pointers: ``HPCCOLL_GPU_AWARE`` (0/1) if set, else the MPI
-    library's ``MPIX_Query_cuda_support()`` where it has one (MPICH, Open MPI)."""
-    setting = os.environ.get("HPCCOLL_GPU_AWARE")
-    if setting is not None:
-        return setting.strip().lower() in ("1", "true", "yes")
+    library's ``MPIX_Query_cuda_support()`` where it has one (MPICH, Open MPI).  Read when a
+    call is planned: each planned call keeps its decision."""
+    setting = settings.read("HPCCOLL_GPU_AWARE")
+    return library_gpu_aware() if setting is None else setting
+
+
+@lru_cache(maxsize=1)
+def library_gpu_aware() -> bool:
+    """The MPI library's own answer: ``MPIX_Query_cuda_support()``, False where it has none."""
     try:
         query = ctypes.CDLL(MPI.__file__).MPIX_Query_cuda_support
     except (OSError, AttributeError):
         return False
     query.restype = ctypes.c_int
     return bool(query())
-
-
-def device_reduction(op: str) -> kernels.Reduction:
-    """The reduction for CuPy arrays: the CuPy ufunc of ``op``, pairwise."""
-    import cupy
-    ufunc = getattr(cupy, kernels.UFUNCS[op].__name__)
-    return kernels.Reduction(lambda dst, a, b: ufunc(a, b, out=dst))
-
-
-def to_host(buf: Any) -> np.ndarray:
-    return buf.get() if is_cupy(buf) else buf
-
-
-def synchronize(buf: Any) -> None:
-    """Wait for pending GPU work on ``buf``'s device before MPI touches it."""
-    if is_cupy(buf):
-        import cupy
-        cupy.cuda.get_current_stream().synchronize()

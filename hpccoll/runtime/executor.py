@@ -34,8 +34,8 @@ from mpi4py import MPI
 
 from .. import settings
 from ..schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
-from . import buffers, kernels
-from .ops import CopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops
+from . import buffers, device, kernels
+from .ops import CopyOp, DeviceCopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops
 from . import abandoned
 from .progress import Guard, past, poll, timeout
 from .window import NodeWindow
@@ -124,13 +124,13 @@ class Binding:
         self.plan = plan
         self.busy = False
         self.transient = False
-        self.array_kind = buffers.kind(recv)
-        xp = np if self.array_kind == "numpy" else __import__("cupy")
+        self.memory_kind = memory = buffers.kind(recv)
         dtype = plan.dtype
-        self.views = {SEND: xp.empty(0, dtype) if send is None else buffers.borrowed(send),
+        self.views = {SEND: buffers.empty(memory, 0, dtype) if send is None else
+                      buffers.borrowed(send),
                       RECV: buffers.borrowed(recv),
-                      SCRATCH: xp.empty(plan.program.scratch, dtype)}
-        self.staging = xp.empty(plan.staging, dtype)
+                      SCRATCH: buffers.empty(memory, plan.program.scratch, dtype)}
+        self.staging = buffers.empty(memory, plan.staging, dtype)
         self.send_owner = buffers.owner_ref(send) if send is not None else _alive
         self.recv_owner = buffers.owner_ref(recv)
         self.mpi_type = buffers.mpi_datatype(dtype)
@@ -138,8 +138,9 @@ class Binding:
         if self.window is None:
             self.steps_by_parity = [[self._compile(comm, i, step, tags) for i, step in plan.steps]]
             return
-        if self.array_kind != "numpy":
-            raise NotImplementedError("shared-window algorithms work on host (NumPy) buffers")
+        if memory != buffers.HOST:
+            raise NotImplementedError("shared-window algorithms work on host memory: pass "
+                                      "host arrays, or stage device ones (HPCCOLL_GPU_AWARE=0)")
         self.generation = self.window.generation
         self.steps_by_parity = []
         for parity in (0, 1):
@@ -187,16 +188,17 @@ class Binding:
                              arrivals, _results(step))
 
     def _op(self, op: LocalOp) -> Op:
+        copy = CopyOp if self.memory_kind == buffers.HOST else DeviceCopyOp
         if isinstance(op, Copy):
-            return CopyOp(self.view(op.dst), self.view(op.src))
+            return copy(self.view(op.dst), self.view(op.src))
         if len(op.srcs) == 1:                                # a reduction of one term
-            return CopyOp(self.view(op.dst), self.view(op.srcs[0]))
+            return copy(self.view(op.dst), self.view(op.srcs[0]))
         srcs = op.srcs             # in the planner's order: every rank gets the same bits
         if op.dst in srcs[2:]:     # (NaN payloads, signed zeros); the accumulator first
             srcs = sorted(srcs, key=lambda r: r != op.dst)
         views = tuple(self.view(r) for r in srcs)
         stride = _stride(op.srcs)
-        if stride is not None and op.dst not in op.srcs and self.array_kind == "numpy":
+        if stride is not None and op.dst not in op.srcs and self.memory_kind == buffers.HOST:
             first = op.srcs[0]
             flat = self.views[first.buffer][first.offset:op.srcs[-1].stop]
             return RowsOp(self.view(op.dst), views, flat, stride)
@@ -213,9 +215,10 @@ class Binding:
                 runs.append((region.buffer, at, [region]))
             at += region.count
         movers = []
+        mover = kernels.block_mover if self.memory_kind == buffers.HOST else device.block_mover
         for name, start, blocks in runs:
             count = sum(r.count for r in blocks)
-            movers.append(kernels.block_mover(
+            movers.append(mover(
                 packed[start:start + count], self.views[name],
                 np.array([r.offset for r in blocks], np.int64),
                 np.array([r.count for r in blocks], np.int64), gather))
@@ -296,8 +299,6 @@ class Operation:
         window = binding.window
         self.steps = binding.steps_by_parity[window.flip() if window is not None else 0]
         try:
-            if binding.array_kind == "cupy":
-                buffers.synchronize(binding.views[RECV])
             self._post()
         except BaseException as error:
             raise self._fail(error) from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import kernels
+from . import device, kernels
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,17 @@ class CopyOp:
 
     def run(self, reduction: kernels.Reduction | None) -> None:
         self.dst[...] = self.src
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCopyOp:
+    """``dst[:] = src`` between device arrays."""
+
+    dst: Any
+    src: Any
+
+    def run(self, reduction: kernels.Reduction | None) -> None:
+        device.copy(self.dst, self.src)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +79,7 @@ class MoveOp:
             move(*arguments)
 
 
-Op = CopyOp | ReduceOp | RowsOp | MoveOp
+Op = CopyOp | DeviceCopyOp | ReduceOp | RowsOp | MoveOp
 
 
 def _reduce_pairwise(reduction: kernels.Reduction, dst: Any, srcs: tuple[Any, ...]) -> None:

@@ -31,7 +31,7 @@ from mpi4py import MPI
 
 from .. import api, registry, settings
 from ..collectives import spec
-from ..runtime import buffers
+from ..runtime import buffers, device
 from ..schedule import RECV
 from .bench_command import API_NATIVE, selected_algorithms
 from .results import Result, plot, size_range, write_json
@@ -42,7 +42,8 @@ class Case:
     """One collective at one size: buffers, the seeded inputs and the expected output, all
     from the collective's spec (OSU size convention; root 0 for rooted collectives)."""
 
-    def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype):
+    def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype,
+                 memory: str = "host"):
         self.comm, self.spec, self.dtype = comm, spec(collective), dtype
         p, r = comm.size, comm.rank
         self.count = max(size // dtype.itemsize, 0)
@@ -57,6 +58,10 @@ class Case:
         self.expected = self.spec.expected(calls, inputs)[r][0].astype(dtype)
         self.counts = self.call.counts if len(set(self.call.counts)) > 1 else None
         self.recv_input = inputs[r] if self.source.buffer == RECV else None
+        self.host_recv = self.recv
+        if memory == "cuda":                 # the same buffers in GPU memory (OSU's -d cuda)
+            self.send = None if self.send is None else device.upload(self.send)
+            self.recv = device.upload(self.recv)
 
     def input(self, rank: int, n: int) -> np.ndarray:
         rng = np.random.default_rng([rank, n, 12345])
@@ -68,8 +73,12 @@ class Case:
             name, arguments = self.spec.native_args(
                 self.call, buffers.mpi_datatype(self.dtype),
                 MPI.SUM if self.spec.reduces else None)
-            method, args = getattr(comm, name), arguments(send, recv)
-            return lambda: method(*args)
+            method = getattr(comm, name)
+            if isinstance(recv, np.ndarray) or buffers.gpu_aware():
+                args = arguments(*(b if isinstance(b, np.ndarray) or b is None else
+                                   buffers.message(b) for b in (send, recv)))
+                return lambda: method(*args)
+            return _staged_native(method, arguments, send, recv)
         if algorithm == API_NATIVE:
             algorithm = registry.NATIVE
         run, name, counts = api.run_collective, self.spec.name, self.counts
@@ -86,16 +95,38 @@ class Case:
         return prepared.algorithm
 
     def wrong(self, run: Callable[[], None]) -> int:
-        self.recv[:] = 0
+        host = self.host_recv
+        host[:] = 0
         if self.recv_input is not None:
-            self.recv[self.source.offset:self.source.stop] = self.recv_input
+            host[self.source.offset:self.source.stop] = self.recv_input
+        if host is not self.recv:
+            device.to_device(host, self.recv)
         run()
+        if host is not self.recv:
+            device.to_host(self.recv, host)
         # a buffer reduction with a predefined op, at least p elements (like the timings')
         bad = np.zeros(self.comm.size, np.int64)
-        bad[0] = np.count_nonzero(self.recv != self.expected)
+        bad[0] = np.count_nonzero(host != self.expected)
         total = np.empty_like(bad)
         self.comm.Allreduce(bad, total, op=MPI.SUM)
         return int(total[0])
+
+
+def _staged_native(method: Callable, arguments: Callable, send: Any, recv: Any
+                   ) -> Callable[[], None]:
+    """The native call on device buffers for an MPI that cannot read them, as a program
+    would make it: through pinned host copies (made once), both copies timed."""
+    host_send = None if send is None else device.pinned(send.size, send.dtype)
+    host_recv = device.pinned(recv.size, recv.dtype)
+    args = arguments(host_send, host_recv)
+
+    def run() -> None:
+        if send is not None:
+            device.to_host(send, host_send)
+        device.to_host(recv, host_recv)
+        method(*args)
+        device.to_device(host_recv, recv)
+    return run
 
 
 @dataclass(frozen=True)
@@ -171,11 +202,12 @@ def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
-        straggler: Straggler | None = None, min_time: float = 0.0) -> list[Result]:
+        straggler: Straggler | None = None, min_time: float = 0.0,
+        memory: str = "host") -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
     at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
-    ``out`` as it goes (and a progress bar on stderr with ``progress``).  Returns the results
-    (on every rank)."""
+    ``out`` as it goes (and a progress bar on stderr with ``progress``); buffers in ``memory``
+    ("host", or "cuda": GPU memory).  Returns the results (on every rank)."""
     p = comm.size
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
         if progress and comm.rank == 0 else None
@@ -185,7 +217,9 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     results: list[Result] = []
     say = (lambda line: print(line, file=out, flush=True)) if comm.rank == 0 and out else \
         (lambda line: None)
-    say(f"# hpccoll bench {collective}: {p} ranks, {dt}, {library_version()}")
+    where = "" if memory == "host" else \
+        f", buffers in GPU memory ({'GPU-aware MPI' if buffers.gpu_aware() else 'staged'})"
+    say(f"# hpccoll bench {collective}: {p} ranks, {dt}{where}, {library_version()}")
     say(f"# time = median over iterations of the slowest rank; spread = (p90 - p10) / median "
         f"of those times; busbw factor {spec(collective).busbw_factor(p):.3f}; "
         f"vs native = native time / time")
@@ -198,7 +232,7 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>7} {'time(us)':>11} {'spread':>7} "
         f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
     for size in sizes:
-        case = Case(comm, collective, size, dt)
+        case = Case(comm, collective, size, dt, memory)
         if case.count == 0:
             continue
         native_time = None
@@ -271,9 +305,12 @@ def main(args: Any, argv: list[str]) -> int:
     straggler = Straggler.parse(args.delay, args.pause)
     if straggler is not None and not 0 <= straggler.rank < comm.size:
         raise ValueError(f"straggler rank {straggler.rank} is not in 0..{comm.size - 1}")
+    if args.device == "cuda" and not device.available():
+        raise ValueError("--device cuda: no CUDA GPU here (numba.cuda finds none; "
+                         "NUMBA_ENABLE_CUDASIM=1 simulates one)")
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
-                  args.min_time)
+                  args.min_time, args.device)
     if args.json and comm.rank == 0:
         meta = {**metadata(comm, argv), "min_iterations": args.iterations,
                 "min_time": args.min_time, "warmup": args.warmup}

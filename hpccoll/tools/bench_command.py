@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_timing_arguments(parser, timing.MIN_ITERATIONS, timing.MIN_TIME, 10)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype,
                         help="element type, default float32")
+    parser.add_argument("-d", "--device", choices=("host", "cuda"), default="host",
+                        help="where the buffers live: host memory (default) or GPU memory "
+                             "(cuda; MPI reads it if GPU-aware, else it is staged)")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                         help="check the data once per size and algorithm (default on)")
     parser.add_argument("--json", metavar="FILE", type=arguments.output_file,
