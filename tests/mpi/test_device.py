@@ -350,3 +350,15 @@ def test_bench_device_cuda(mpi_ranks, comm):
                         iterations=2, warmup=1, memory="cuda")
     assert [r.algorithm for r in results] == ["native", "ring", "recursive_doubling"] * 2
     assert all(r.wrong == 0 and r.time_us > 0 for r in results)
+
+
+def test_bench_device_cuda_without_a_gpu_says_so_in_one_line():
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "bench", "allreduce", "-d", "cuda",
+                           "-m", "8:8"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "hpccoll bench: error: --device cuda: no CUDA GPU here (numba.cuda finds none; "
+        "NUMBA_ENABLE_CUDASIM=1 simulates one)"], done.stderr
