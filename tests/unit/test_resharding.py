@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hpccoll.patterns.resharding import _describe, _plan
 
@@ -126,3 +127,23 @@ def test_mismatches_raise_the_same_error_for_every_rank():
     assert "alltoallv" in text and "bruck" in text      # S=7 over 2 ranks: uneven blocks
     kind, text = errors([np.zeros((8, 4)), np.zeros((8, 4))], algorithm="nonsense")
     assert "nonsense" in text
+
+
+@settings(max_examples=150, deadline=None)
+@given(p=st.integers(1, 6), lead=st.lists(st.integers(0, 3), max_size=2),
+       S=st.integers(0, 13), H=st.integers(0, 11),
+       inner=st.lists(st.integers(1, 3), max_size=2),
+       dtype=st.sampled_from(["float32", "int16", "complex64", "uint8"]))
+def test_round_trip_property(p, lead, S, H, inner, dtype):
+    """Any batch axes, sequence and hidden lengths (S < N, 0 and uneven included) and trailing
+    axes: TP -> SP gives NumPy's slices, SP -> TP gives the TP shards back."""
+    shape = (*lead, S, H, *inner)
+    ax = len(lead)
+    full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape).astype(dtype)
+    tp = [np.take(full, rows, axis=ax + 1) for rows in np.array_split(np.arange(H), p)]
+    _, sp = run_all(tp, ax - len(shape), True)
+    for rows, got in zip(np.array_split(np.arange(S), p), sp):
+        np.testing.assert_array_equal(got, np.take(full, rows, axis=ax))
+    _, back = run_all(sp, ax, False, hidden=H)
+    for want, got in zip(tp, back):
+        np.testing.assert_array_equal(got, want)
