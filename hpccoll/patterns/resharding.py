@@ -63,33 +63,39 @@ def _copy_kernel() -> Callable:
             for i in range(rows):
                 d = dst_starts[k] + i * dst_strides[k]
                 s = src_starts[k] + i * src_strides[k]
+                # views indexed by a range's counter: no negative-index wrap per element, so
+                # the loop vectorises (indexing dst[d + j] is several times slower)
+                to, of = dst[d:d + n], src[s:s + n]
                 for j in range(n):
-                    dst[d + j] = src[s + j]
+                    to[j] = of[j]
     return copy_runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Runs:
-    """``rows`` strided runs per block, in elements: block k's run i goes from
-    ``src[src_starts[k] + i*src_strides[k]:][:lengths[k]]`` to the same in ``dst``."""
+    """``rows`` strided runs per block, in words of type ``word`` (the widest unsigned
+    integer, up to 8 bytes, whose size divides the elements' itemsize): block k's run i goes
+    from ``src[src_starts[k] + i*src_strides[k]:][:lengths[k]]`` to the same in ``dst``."""
 
     rows: int
-    lengths: tuple[int, ...]
-    src_starts: tuple[int, ...]
-    src_strides: tuple[int, ...]
-    dst_starts: tuple[int, ...]
-    dst_strides: tuple[int, ...]
+    word: np.dtype
+    dst_starts: np.ndarray
+    src_starts: np.ndarray
+    dst_strides: np.ndarray
+    src_strides: np.ndarray
+    lengths: np.ndarray
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Move the runs from the 1-D contiguous ``src`` into ``dst`` (same dtype) as
-        unsigned words of the largest size (up to 8 bytes) dividing the itemsize."""
-        word = np.gcd(8, src.itemsize)
-        scale = src.itemsize // word
-        words = np.dtype(f"u{word}")
-        arrays = [np.asarray(v, np.int64) * scale for v in
-                  (self.dst_starts, self.src_starts, self.dst_strides, self.src_strides,
-                   self.lengths)]
-        _copy_kernel()(dst.view(words), src.view(words), *arrays, self.rows)
+        """Move the runs from the 1-D contiguous ``src`` into ``dst`` (both of the dtype
+        planned for)."""
+        _copy_kernel()(dst.view(self.word), src.view(self.word), self.dst_starts,
+                       self.src_starts, self.dst_strides, self.src_strides, self.lengths,
+                       self.rows)
+
+    def reverse(self) -> Runs:
+        """The same runs moved the other way."""
+        return Runs(self.rows, self.word, self.src_starts, self.dst_starts, self.src_strides,
+                    self.dst_strides, self.lengths)
 
 
 @dataclass(frozen=True)
@@ -108,19 +114,23 @@ class Plan:
     shape: tuple[int, ...]
 
 
-def _runs(rows: int, lengths: list[int], src_starts: list[int], src_strides: list[int],
-          dst_starts: list[int], dst_strides: list[int]) -> Runs | None:
-    """The :class:`Runs`, or None where the blocks already lie end to end in the strided
-    buffer, which is then the exchange's buffer as it is: at most one row, or one block."""
+def _runs(itemsize: int, rows: int, lengths: list[int], src_starts: list[int],
+          src_strides: list[int], dst_starts: list[int], dst_strides: list[int]
+          ) -> Runs | None:
+    """The :class:`Runs` (given in elements of ``itemsize`` bytes), or None where the blocks
+    already lie end to end in the strided buffer, which is then the exchange's buffer as it
+    is: at most one row, or one block."""
     if rows <= 1 or len(lengths) == 1:
         return None
-    return Runs(rows, tuple(lengths), tuple(src_starts), tuple(src_strides),
-                tuple(dst_starts), tuple(dst_strides))
+    word = int(np.gcd(8, itemsize))
+    scaled = [np.asarray(v, np.int64) * (itemsize // word)
+              for v in (dst_starts, src_starts, dst_strides, src_strides, lengths)]
+    return Runs(rows, np.dtype(f"u{word}"), *scaled)
 
 
-def _exchange(lead: int, inner: int, seq: list[int], hid: list[int], rank: int,
-              to_sp: bool) -> tuple[list[int], list[int], Runs | None, Runs | None]:
-    """Counts and copies of one rank for ``lead`` batch rows, ``inner`` elements per hidden
+def _exchange(itemsize: int, lead: int, inner: int, seq: list[int], hid: list[int],
+              rank: int, to_sp: bool) -> tuple[list[int], list[int], Runs | None, Runs | None]:
+    """Counts and copies of one rank for elements of ``itemsize`` bytes, ``lead`` batch rows, ``inner`` elements per hidden
     index, the sequence split ``seq`` and hidden split ``hid``: (sendcounts, recvcounts, pack,
     unpack).  The TP layout is (lead, S, h_r, inner), the SP layout (lead, S_r, H, inner);
     a block between ranks i (TP side) and j (SP side) is (lead, S_j, h_i, inner)."""
@@ -130,24 +140,16 @@ def _exchange(lead: int, inner: int, seq: list[int], hid: list[int], rank: int,
     tp_block = [lead * seq[j] * hid[rank] * inner for j in range(p)]     # rank as TP side
     sp_block = [lead * seq[rank] * hid[i] * inner for i in range(p)]     # rank as SP side
     # TP buffer (lead, S, h_r, inner) <-> blocks laid end to end: lead runs per block
-    tp_runs = _runs(lead, [seq[j] * hid[rank] * inner for j in range(p)],
+    tp_runs = _runs(itemsize, lead, [seq[j] * hid[rank] * inner for j in range(p)],
                     [s_at[j] * hid[rank] * inner for j in range(p)], [S * hid[rank] * inner] * p,
                     offsets(tp_block), [seq[j] * hid[rank] * inner for j in range(p)])
     # SP buffer (lead, S_r, H, inner) <-> blocks laid end to end: lead*S_r runs per block
-    sp_runs = _runs(lead * seq[rank], [hid[i] * inner for i in range(p)],
+    sp_runs = _runs(itemsize, lead * seq[rank], [hid[i] * inner for i in range(p)],
                     [h_at[i] * inner for i in range(p)], [H * inner] * p,
                     offsets(sp_block), [hid[i] * inner for i in range(p)])
     if to_sp:
-        return tp_block, sp_block, tp_runs, _reverse(sp_runs)
-    return sp_block, tp_block, sp_runs, _reverse(tp_runs)
-
-
-def _reverse(runs: Runs | None) -> Runs | None:
-    """The same runs moved the other way (from the blocks back to the strided buffer)."""
-    if runs is None:
-        return None
-    return Runs(runs.rows, runs.lengths, runs.dst_starts, runs.dst_strides, runs.src_starts,
-                runs.src_strides)
+        return tp_block, sp_block, tp_runs, sp_runs and sp_runs.reverse()
+    return sp_block, tp_block, sp_runs, tp_runs and tp_runs.reverse()
 
 
 def _dtype_code(dtype: np.dtype) -> int:
@@ -180,11 +182,12 @@ def _describe(array: object, axis: int, hidden: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def _plan(descriptions: tuple[tuple[int, ...], ...], rank: int, axis: int, to_sp: bool,
-          algorithm: str) -> Plan:
-    """The plan of ``rank`` from every rank's :func:`_describe` (as tuples): pure, the same
-    checks on every rank, so every rank raises the same error."""
+def _plan(table: bytes, rank: int, axis: int, to_sp: bool, algorithm: str) -> Plan:
+    """The plan of ``rank`` from the ``table`` of every rank's :func:`_describe` (its bytes,
+    one row per rank): pure, the same checks on every rank, so every rank raises the same
+    error."""
     from .. import registry
+    descriptions = np.frombuffer(table, np.int64).reshape(-1, _HEAD + MAX_DIMS).tolist()
     name = "tp_to_sp" if to_sp else "sp_to_tp"
     for r, d in enumerate(descriptions):
         if d[0] == _NOT_ARRAY:
@@ -232,7 +235,9 @@ def _plan(descriptions: tuple[tuple[int, ...], ...], rank: int, axis: int, to_sp
     shape = shapes[rank]
     lead = int(np.prod(shape[:ax], dtype=np.int64))
     inner = int(np.prod(shape[ax + 2:], dtype=np.int64))
-    sendcounts, recvcounts, pack, unpack = _exchange(lead, inner, seq, hid, rank, to_sp)
+    itemsize = np.dtype(_dtype_name(descriptions[0][2])).itemsize
+    sendcounts, recvcounts, pack, unpack = _exchange(itemsize, lead, inner, seq, hid, rank,
+                                                     to_sp)
     out = (shape[:ax] + (seq[rank], sum(hid)) + shape[ax + 2:] if to_sp else
            shape[:ax] + (sum(seq), hid[rank]) + shape[ax + 2:])
     return Plan(collective, tuple(sendcounts), tuple(offsets(sendcounts)), tuple(recvcounts),
@@ -248,8 +253,7 @@ def _reshard(array: np.ndarray, comm: MPI.Comm, axis: int, hidden: int, to_sp: b
     mine = _describe(array, axis, hidden)
     everyone = np.empty((comm.Get_size(), mine.size), np.int64)
     comm.Allgather(mine, everyone)
-    plan = _plan(tuple(tuple(int(v) for v in row[:_HEAD + row[3]]) for row in everyone),
-                 comm.Get_rank(), axis, to_sp, algorithm)
+    plan = _plan(everyone.tobytes(), comm.Get_rank(), axis, to_sp, algorithm)
     flat = np.ascontiguousarray(array).reshape(-1)
     send = flat
     if plan.pack is not None:

@@ -12,8 +12,8 @@ from hpccoll.patterns.resharding import _describe, _plan
 
 
 def describe_all(arrays, axis, hidden=-1):
-    rows = [_describe(a, axis, hidden) for a in arrays]
-    return tuple(tuple(int(v) for v in row[:5 + row[3]]) for row in rows)
+    """The agreement's table: every rank's description, as the ranks allgather them."""
+    return np.stack([_describe(a, axis, hidden) for a in arrays]).tobytes()
 
 
 def run_all(arrays, axis, to_sp, hidden=-1, algorithm="auto"):
