@@ -24,8 +24,8 @@ divisible by N), by ``hpccoll.alltoallv`` otherwise, with ``algorithm`` (``auto`
 Copies.  Rank r's block for rank j (TP -> SP) is ``Y_r[..., rows_j, :]``: with no batch axes
 (or one rank) the blocks are already laid end to end in ``Y_r``, which is sent as it is;
 otherwise they are packed.  The received blocks are always spread into the result by the
-kernel (the transpose), except with one rank.  SP -> TP mirrors this.  A non-contiguous input
-is made contiguous first (one copy).
+kernel (the transpose), except with one rank or a single row.  SP -> TP mirrors this.  A
+non-contiguous input is made contiguous first (one copy).
 """
 
 from __future__ import annotations
@@ -130,10 +130,11 @@ def _runs(itemsize: int, rows: int, lengths: list[int], src_starts: list[int],
 
 def _exchange(itemsize: int, lead: int, inner: int, seq: list[int], hid: list[int],
               rank: int, to_sp: bool) -> tuple[list[int], list[int], Runs | None, Runs | None]:
-    """Counts and copies of one rank for elements of ``itemsize`` bytes, ``lead`` batch rows, ``inner`` elements per hidden
-    index, the sequence split ``seq`` and hidden split ``hid``: (sendcounts, recvcounts, pack,
-    unpack).  The TP layout is (lead, S, h_r, inner), the SP layout (lead, S_r, H, inner);
-    a block between ranks i (TP side) and j (SP side) is (lead, S_j, h_i, inner)."""
+    """Counts and copies of one rank for elements of ``itemsize`` bytes, ``lead`` batch rows,
+    ``inner`` elements per hidden index, the sequence split ``seq`` and hidden split ``hid``:
+    (sendcounts, recvcounts, pack, unpack).  The TP layout is (lead, S, h_r, inner), the SP
+    layout (lead, S_r, H, inner); a block between ranks i (TP side) and j (SP side) is
+    (lead, S_j, h_i, inner)."""
     p = len(seq)
     S, H = sum(seq), sum(hid)
     s_at, h_at = offsets(seq), offsets(hid)
@@ -148,8 +149,8 @@ def _exchange(itemsize: int, lead: int, inner: int, seq: list[int], hid: list[in
                     [h_at[i] * inner for i in range(p)], [H * inner] * p,
                     offsets(sp_block), [hid[i] * inner for i in range(p)])
     if to_sp:
-        return tp_block, sp_block, tp_runs, sp_runs and sp_runs.reverse()
-    return sp_block, tp_block, sp_runs, tp_runs and tp_runs.reverse()
+        return tp_block, sp_block, tp_runs, None if sp_runs is None else sp_runs.reverse()
+    return sp_block, tp_block, sp_runs, None if tp_runs is None else tp_runs.reverse()
 
 
 def _dtype_code(dtype: np.dtype) -> int:
@@ -212,7 +213,7 @@ def _plan(table: bytes, rank: int, axis: int, to_sp: bool, algorithm: str) -> Pl
         if hid != split_counts(sum(hid), p):
             raise ValueError(f"{name}: the hidden shards' sizes {hid} are not np.array_split "
                              f"of {sum(hid)} over {p} ranks ({split_counts(sum(hid), p)})")
-        seq, hid = split_counts(seq[0], p), hid
+        seq = split_counts(seq[0], p)
     else:
         hidden = [d[4] for d in descriptions]
         if len(set(hidden)) > 1 or hidden[0] < 0:
