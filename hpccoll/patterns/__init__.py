@@ -9,4 +9,5 @@
 from .attention import ATTENTION_LAYOUTS, attention, attention_backward
 from .sharding import LAYOUTS, positions, shard, split_counts, unshard
 
-__all__ = ["ATTENTION_LAYOUTS", "attention", "attention_backward", "LAYOUTS", "positions", "shard", "split_counts", "unshard"]
+__all__ = ["ATTENTION_LAYOUTS", "LAYOUTS", "attention", "attention_backward", "positions", "shard",
+           "split_counts", "unshard"]
