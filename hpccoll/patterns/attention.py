@@ -158,7 +158,7 @@ def _arrivals(comm: MPI.Intracomm, setup: _Setup, send: np.ndarray, gathered: np
               stream: bool) -> Iterator[slice]:
     """Gather every rank's [k | v] rows into ``gathered`` (rows, width), yielding each run
     of rows as soon as it is whole: from :func:`hpccoll.allgather_stream` (the next step in
-    flight meanwhile), or (``stream`` False) all at once after a blocking allgather."""
+    flight meanwhile), or (``stream`` False) every rank's rows after a blocking allgather."""
     from .. import allgather, allgather_stream
     width = gathered.shape[1]
     counts = [len(rows) * width for rows in setup.held]
@@ -168,7 +168,9 @@ def _arrivals(comm: MPI.Intracomm, setup: _Setup, send: np.ndarray, gathered: np
                                            algorithm=setup.algorithm)
     else:
         allgather(comm, send.reshape(-1), recv, recvcounts=counts, algorithm=setup.algorithm)
-        steps = [[(0, slice(0, recv.size))]]
+        ends = np.cumsum(counts).tolist()
+        steps = [[(source, slice(end - count, end))
+                  for source, (count, end) in enumerate(zip(counts, ends))]]
     partial: dict[int, int] = {}
     for pieces in steps:
         for _, piece in pieces:
