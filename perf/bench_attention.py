@@ -38,7 +38,7 @@ from mpi4py import MPI
 import hpccoll
 from hpccoll.patterns import ATTENTION_LAYOUTS, attention, shard
 from hpccoll.patterns.attention import (_agree, _arrivals, _by_head, _kv_rows, _kv_split,
-                                        _Softmax)
+                                        _Softmax, _split)
 from hpccoll.tools.bench import time_runs
 
 
@@ -49,7 +49,7 @@ def measure(comm: MPI.Intracomm, q: np.ndarray, k: np.ndarray, v: np.ndarray, la
     send = _kv_rows(k, v)
     gathered = np.empty((len(setup.gathered), send.shape[1]), send.dtype)
     counts = [len(rows) * send.shape[1] for rows in setup.held]
-    pieces = list(_arrivals(comm, setup, send, gathered, True))
+    pieces = list(_split(_arrivals(comm, setup, send, gathered, True), causal))
     queries = _by_head(q) * setup.scale
     heads = queries.shape[0]
 

@@ -35,6 +35,9 @@ from mpi4py import MPI
 
 from .sharding import positions
 
+# rows of keys attended to at a time under a causal mask (see _split)
+CAUSAL_BLOCK = 256
+
 # layout -> (the placement of the rows, the allgather algorithm that circulates K and V)
 ATTENTION_LAYOUTS = {"ring": ("contiguous", "ring"), "zigzag": ("zigzag", "ring"),
                      "tasp": ("tasp", "multiring")}
@@ -179,6 +182,16 @@ def _arrivals(comm: MPI.Intracomm, setup: _Setup, send: np.ndarray, gathered: np
                 yield rows
 
 
+def _split(runs: Iterable[slice], causal: bool) -> Iterator[slice]:
+    """``runs`` cut into runs of at most ``CAUSAL_BLOCK`` rows under a causal mask, so that the
+    parts of a piece that the mask hides (most of the upper triangle of a diagonal piece)
+    are skipped, not computed and masked."""
+    for rows in runs:
+        step = CAUSAL_BLOCK if causal else rows.stop - rows.start
+        for start in range(rows.start, rows.stop, step):
+            yield slice(start, min(start + step, rows.stop))
+
+
 def _visible(qpos: np.ndarray, kpos: np.ndarray, causal: bool):
     """The queries and keys of a piece that take part, as (query selection, key selection,
     mask of hidden pairs or None), or None if there is nothing to compute (no queries here,
@@ -232,7 +245,7 @@ def _scores(queries: np.ndarray, keys: np.ndarray, hidden: np.ndarray | None) ->
     """queries (heads, a, d) times keys (heads, b, d) transposed, -inf where ``hidden``."""
     scores = np.matmul(queries, keys.transpose(0, 2, 1))
     if hidden is not None:
-        scores[:, hidden] = -np.inf
+        np.copyto(scores, -np.inf, where=hidden)
     return scores
 
 
@@ -268,7 +281,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, comm: MPI.Intracomm, 
     send = _kv_rows(k, v)
     gathered = np.empty((len(setup.gathered), send.shape[1]), send.dtype)
     softmax = _Softmax(queries, setup.mine, bool(causal))
-    for rows in _arrivals(comm, setup, send, gathered, stream):
+    for rows in _split(_arrivals(comm, setup, send, gathered, stream), bool(causal)):
         softmax.add(*_kv_split(gathered, rows, heads), setup.gathered[rows])
     out, lse = softmax.result()
     out = _from_heads(out, q.shape)
@@ -301,7 +314,7 @@ def attention_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.nda
     gathered = np.empty((len(setup.gathered), send.shape[1]), send.dtype)
     grads = np.zeros_like(gathered)
     dq = np.zeros_like(queries)
-    for rows in _arrivals(comm, setup, send, gathered, True):
+    for rows in _split(_arrivals(comm, setup, send, gathered, True), bool(causal)):
         kpos = setup.gathered[rows]
         visible = _visible(setup.mine, kpos, bool(causal))
         if visible is None:

@@ -42,6 +42,12 @@ def reference(q, k, v, dout, causal, scale):
             *(from_heads(g, shape) for g, shape in zip(grads[1:], (q.shape, k.shape, v.shape))))
 
 
+def attention_module():
+    """The module hpccoll.patterns.attention (the package's ``attention`` is the function)."""
+    import importlib
+    return importlib.import_module("hpccoll.patterns.attention")
+
+
 def inputs(length, shape, seed, count=3, dtype="float64"):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((length, *shape)).astype(dtype) for _ in range(count)]
@@ -82,9 +88,12 @@ def check_forward(comm, lengths, shapes, stream_too=True):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_attention_matches_numpy(mpi_ranks, comm):
+def test_attention_matches_numpy(mpi_ranks, comm, monkeypatch):
     worst = check_forward(comm, lengths_for(comm.size), [(5,), (3, 4)])
     assert worst > 0 or comm.size == 1       # the comparison saw rounding, not nothing
+    # causal pieces cut into blocks of 3 rows (256 by default: more than these lengths)
+    monkeypatch.setattr(attention_module(), "CAUSAL_BLOCK", 3)
+    check_forward(comm, [13, 67], [(3, 4)], stream_too=False)
 
 
 @pytest.mark.mpi(ranks=[8], timeout=300)
@@ -107,8 +116,10 @@ def test_attention_float32_and_1_head_3d(mpi_ranks, comm):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_attention_backward_matches_numpy(mpi_ranks, comm):
+@pytest.mark.parametrize("block", [256, 3])
+def test_attention_backward_matches_numpy(mpi_ranks, comm, block, monkeypatch):
     from hpccoll.patterns import ATTENTION_LAYOUTS, attention, attention_backward, shard
+    monkeypatch.setattr(attention_module(), "CAUSAL_BLOCK", block)  # 3: causal pieces in blocks
     p = comm.size
     for length in sorted({1, max(p - 1, 1), 13, 4 * p, 40}):
         for shape in [(4,), (2, 3)]:
