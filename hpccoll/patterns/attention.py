@@ -228,7 +228,8 @@ class _Softmax:
         scores = _scores(self.queries[:, queries], keys[:, chosen], hidden)
         top = self.top[:, queries]
         new_top = np.maximum(top, scores.max(axis=2))
-        np.exp(scores - new_top[:, :, None], out=scores)
+        np.subtract(scores, new_top[:, :, None], out=scores)
+        np.exp(scores, out=scores)
         shrink = np.exp(top - new_top)
         self.top[:, queries] = new_top
         self.total[:, queries] = self.total[:, queries] * shrink + scores.sum(axis=2)
@@ -236,9 +237,9 @@ class _Softmax:
                                 + np.matmul(scores, values[:, chosen]))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """The output (heads, S_r, d) and the log-sum-exp of the scores (heads, S_r)."""
-        with np.errstate(divide="ignore", invalid="ignore"):    # S_r = 0 or empty rows
-            return self.acc / self.total[:, :, None], self.top + np.log(self.total)
+        """The output (heads, S_r, d) and the log-sum-exp of the scores (heads, S_r); every
+        query has seen at least one key (itself, under a causal mask)."""
+        return self.acc / self.total[:, :, None], self.top + np.log(self.total)
 
 
 def _scores(queries: np.ndarray, keys: np.ndarray, hidden: np.ndarray | None) -> np.ndarray:
@@ -322,7 +323,8 @@ def attention_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.nda
         mine, chosen, hidden = visible
         keys, values = (x[:, chosen] for x in _kv_split(gathered, rows, heads))
         probs = _scores(queries[:, mine], keys, hidden)
-        np.exp(probs - log_total[:, mine, None], out=probs)
+        np.subtract(probs, log_total[:, mine, None], out=probs)
+        np.exp(probs, out=probs)
         grad = grad_out[:, mine]
         dv = np.matmul(probs.transpose(0, 2, 1), grad)
         dscores = probs * (np.matmul(grad, values.transpose(0, 2, 1)) - delta[:, mine, None])
