@@ -15,7 +15,9 @@ A layout says which global rows each rank holds, in which local order (:func:`po
   lengths divide) head part c with tail part c: whatever rank it visits, under a causal mask
   either the whole of that rank's queries see its head part and none see its tail part, or
   only that rank's tail chunk sees both; the same work either way, so every rank has the same
-  work at every step, not only in total;
+  work at every step, not only in total.  (On several nodes the multiring uses the
+  topology-aware cycles instead, as many as ranks per node: chunks and parts then differ,
+  and the per-step balance is only approximate; the total stays as ``zigzag``'s.)
 
 :func:`shard` takes this rank's rows of a full array, :func:`unshard` gathers the full array
 on every rank (an allgather of the shards, any hpccoll algorithm, then the rows put in global
