@@ -171,8 +171,8 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
 
 
 def _array(buf: Any) -> Any:
-    """The array of an already validated buffer (a NumPy array is one)."""
-    return buf if isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
+    """The array of an already validated buffer (a NumPy array is one; None stays None)."""
+    return buf if buf is None or isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
 
 
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:

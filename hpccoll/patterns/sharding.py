@@ -6,6 +6,18 @@ A layout says which global rows each rank holds, in which local order (:func:`po
   one row more);
 - ``zigzag``: the sequence cut into 2N chunks by ``np.array_split``; rank r holds chunks r and
   2N-1-r, in that order, so that under a causal mask every rank has the same work;
+- ``tasp``: the zig-zag placement of "TASP: Topology-aware Sequence Parallelism" (its Section
+  3.2.3): the rows of ``zigzag`` (chunks r and 2N-1-r, a head and a tail), each cut by
+  ``np.array_split`` into k parts, k the number of Hamiltonian cycles of
+  ``hpccoll.hamiltonian.decompose(N)`` (N-1; 6 for N = 4, 10 for N = 6), and held interleaved:
+  head part 0, tail part 0, head part 1, tail part 1, ...  The multiring allgather cuts a
+  rank's block into k even chunks and sends chunk c round cycle c, so chunk c is (when the
+  lengths divide) head part c with tail part c: whatever rank it visits, under a causal mask
+  either the whole of that rank's queries see its head part and none see its tail part, or
+  only that rank's tail chunk sees both; the same work either way, so every rank has the same
+  work at every step, not only in total.  (On several nodes the multiring uses the
+  topology-aware cycles instead, as many as ranks per node: chunks and parts then differ,
+  and the per-step balance is only approximate; the total stays as ``zigzag``'s.)
 
 :func:`shard` takes this rank's rows of a full array, :func:`unshard` gathers the full array
 on every rank (an allgather of the shards, any hpccoll algorithm, then the rows put in global
@@ -14,12 +26,12 @@ order).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from mpi4py import MPI
 
-LAYOUTS = ("contiguous", "zigzag")
+from ..hamiltonian import decompose
+
+LAYOUTS = ("contiguous", "zigzag", "tasp")
 
 
 def split_counts(length: int, parts: int) -> list[int]:
@@ -41,7 +53,17 @@ def positions(length: int, ranks: int, layout: str) -> list[np.ndarray]:
     if layout == "zigzag":
         chunks = _chunks(length, 2 * ranks)
         return [np.concatenate((chunks[r], chunks[2 * ranks - 1 - r])) for r in range(ranks)]
+    if layout == "tasp":
+        chunks, cycles = _chunks(length, 2 * ranks), len(decompose(ranks))
+        return [_interleaved(np.array_split(chunks[r], cycles),
+                             np.array_split(chunks[2 * ranks - 1 - r], cycles))
+                for r in range(ranks)]
     raise ValueError(f"unknown layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+
+
+def _interleaved(heads: list[np.ndarray], tails: list[np.ndarray]) -> np.ndarray:
+    """head 0, tail 0, head 1, tail 1, ... concatenated."""
+    return np.concatenate([part for pair in zip(heads, tails) for part in pair])
 
 
 def _axis(array: np.ndarray, axis: int) -> int:

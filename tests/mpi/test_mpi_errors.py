@@ -20,9 +20,9 @@ def bad_calls(comm):
     readonly.setflags(write=False)
     strided = np.zeros(8 * p, np.float32)[::2]
     cases = [
-        ("not an array", TypeError, "sendbuf must be a NumPy or CuPy array",
+        ("not an array", TypeError, "sendbuf must be an array .NumPy, a PyTorch tensor",
          lambda: hpccoll.allgather(comm, [1.0, 2.0], out)),
-        ("recv not an array", TypeError, "recvbuf must be a NumPy or CuPy array",
+        ("recv not an array", TypeError, "recvbuf must be an array .NumPy, a PyTorch tensor",
          lambda: hpccoll.allreduce(comm, f32, "x")),
         ("dtype mismatch", TypeError, "dtype float64 differs from recvbuf dtype float32",
          lambda: hpccoll.allgather(comm, np.zeros(4), out)),
