@@ -210,10 +210,11 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
                      recvcounts: Any = None, algorithm: str = "ring",
                      options: Mapping[str, Any] | None = None
                      ) -> Iterator[list[tuple[int, slice]]]:
-    """:func:`allgather` as an iterator for overlapping computation with communication: after
-    each step it yields ``[(source rank, slice of recvbuf), ...]`` for the data that step
-    delivered (the own block comes with the first), with the next step's transfers already in
-    flight.  ``ring`` yields one block per step, ``multiring`` one chunk per cycle."""
+    """:func:`allgather` as an iterator for overlapping computation with communication: it
+    yields ``[(source rank, slice of recvbuf), ...]`` for the data in place so far, while the
+    transfers that follow are in flight: first the own block (before any transfer completes),
+    then after each step what that step delivered.  ``ring`` yields one block per step,
+    ``multiring`` one chunk per cycle."""
     prepared, send, recv = prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
                                    algorithm=algorithm, options=options)
     if prepared.plan is None:

@@ -44,6 +44,8 @@ def adapt(buf: Any, name: str) -> Any:
         return buf
     if device.is_device(buf):
         return device.as_device(buf)
+    if type(buf).__module__.startswith("mpi4py"):      # MPI.IN_PLACE, MPI.BOTTOM: not memory
+        raise TypeError(f"{name} must be an array, got {buf!r}")
     if type(buf).__module__.startswith("torch"):       # a CPU tensor: NumPy shares its memory
         try:
             return buf.numpy()

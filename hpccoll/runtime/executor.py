@@ -52,7 +52,8 @@ class _CompiledStep:
     packs: list[MoveOp]                   # packing before the sends start
     local: list[Op]
     arrivals: dict[int, list[Op]]         # request index -> ops on arrival
-    results: list[tuple[int, int]]        # (offset, count) of the receive buffer it writes
+    posted: list[tuple[int, int]]         # receive-buffer regions its local work writes
+    arrived: list[tuple[int, int]]        # ... and those its receives and arrivals write
     sync: bool = False                    # a node barrier over the shared window
 
 
@@ -158,7 +159,7 @@ class Binding:
     def _compile(self, comm: MPI.Comm, index: int, step: Step,
                  tags: tuple[int, int, int]) -> _CompiledStep:
         if step.sync:
-            return _CompiledStep(index, [], [], [], [], {}, [], sync=True)
+            return _CompiledStep(index, [], [], [], [], {}, [], [], sync=True)
         base, span, shift = tags
         tag = base + (shift + index) % span
         at = 0
@@ -185,7 +186,7 @@ class Binding:
             requests.append(comm.Send_init(buffers.mpi_buffer(out, self.mpi_type), send.peer, tag))
             peers.append(("to", send.peer))
         return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
-                             arrivals, _results(step))
+                             arrivals, *_results(step))
 
     def _op(self, op: LocalOp) -> Op:
         copy = CopyOp if self.memory_kind == buffers.HOST else DeviceCopyOp
@@ -257,13 +258,14 @@ def _stride(regions: tuple[Region, ...]) -> int | None:
     return stride
 
 
-def _results(step: Step) -> list[tuple[int, int]]:
-    """The receive-buffer regions a step writes: its receives and the targets of its local and
-    arrival operations, as (offset, count)."""
-    written = [r for recv in step.recvs for r in recv.regions]
-    written += [op.dst for op in step.local]
-    written += [op.dst for recv in step.recvs for op in recv.on_arrival]
-    return [(r.offset, r.count) for r in written if r.buffer == RECV and r.count]
+def _results(step: Step) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The receive-buffer regions a step writes, as (offset, count): those of its local work
+    (written when the step is posted), and its receives' and arrival operations'."""
+    def in_recv(regions):
+        return [(r.offset, r.count) for r in regions if r.buffer == RECV and r.count]
+    return (in_recv(op.dst for op in step.local),
+            in_recv([r for recv in step.recvs for r in recv.regions] +
+                    [op.dst for recv in step.recvs for op in recv.on_arrival]))
 
 
 def _alive() -> bool:
@@ -277,7 +279,7 @@ class Operation:
     context, which is revoked if the operation fails (see the module doc)."""
 
     __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "position", "deadline",
-                 "limit", "done", "computed", "steps", "pending", "tested")
+                 "limit", "done", "steps", "pending", "tested")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
                  on_done: Callable[[], None], memory: tuple, guard: Guard):
@@ -290,7 +292,6 @@ class Operation:
         self.limit = settings.current.timeout
         self.deadline: float | None = None
         self.done = False
-        self.computed: list[tuple[int, int]] = []     # results of steps without transfers
         self.tested: set[int] | None = None     # the current step's receives test() handled
 
     def start(self) -> "Operation":
@@ -324,7 +325,6 @@ class Operation:
                     self.deadline = time.monotonic() + self.limit
                 self.tested = None
                 return
-            self.computed += step.results
             self.position += 1
         self._finish()
 
@@ -351,24 +351,24 @@ class Operation:
             raise self._fail(error) from None
 
     def stream(self) -> Iterator[list[tuple[int, int]]]:
-        """Run to the end, yielding after each step the (offset, count) regions of the receive
-        buffer it wrote, with the next step's transfers already posted, so the caller
-        computes on what arrived while the rest is in flight."""
+        """Run to the end, yielding the (offset, count) regions of the receive buffer as they
+        are written, while the transfers that follow are in flight: first what the local work
+        of the posted step wrote (an allgather's own block), then after each step what its
+        receives brought and what the next step's local work wrote."""
         steps = self.steps
+        posted = self.position + 1              # steps[:posted] ran their local work
+        ready = [r for step in steps[:posted] for r in step.posted]
+        if ready:
+            yield ready
         while not self.done:
             step = steps[self.position]
             try:
                 self._complete(step)
             except BaseException as error:
                 raise self._fail(error) from None
-            yield step.results + self._take_computed()
-        computed = self._take_computed()
-        if computed:
-            yield computed
-
-    def _take_computed(self) -> list[tuple[int, int]]:
-        done, self.computed = self.computed, []
-        return done
+            upto = min(self.position + 1, len(steps))
+            yield step.arrived + [r for later in steps[posted:upto] for r in later.posted]
+            posted = upto
 
     def test(self) -> bool:
         try:
