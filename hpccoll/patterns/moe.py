@@ -6,8 +6,9 @@ router's top-k choices (T, k), and each MoE layer is two all-to-alls:
 
 - :func:`dispatch` copies every kept (token, k-slot) into one row for the rank that owns its
   expert (a counting sort by owner then expert id, in a Numba kernel), exchanges the per-expert
-  row counts, then the rows (``hpccoll.alltoallv``, any algorithm), and groups what it received
-  by expert: the rows this rank's experts must process, in ascending expert id, with a handle;
+  row counts (with every rank's status), then the rows (``hpccoll.alltoallv``, any algorithm),
+  and groups what it received by expert: the rows this rank's experts must process, in
+  ascending expert id, with a handle;
 - :func:`combine` sends the experts' outputs back along the same counts and forms, per token,
   the sum over its k slots of router weight times expert output (dropped slots give 0).
 
@@ -19,9 +20,11 @@ choices, and so on; the slots past the capacity are dropped, counted on the send
 nothing is dropped.
 
 Row order: the rows of one expert come by sending rank, and within a rank in priority order
-(k index, then token).  Every argument is checked on every rank, and what ranks must pass alike
-(``num_experts``, ``owner``, H, dtype, ``capacity_factor``, ``algorithm``) compared, in one
-small exchange before any data moves: a bad argument on any rank raises on every rank.
+(k index, then token).  Every argument is checked on every rank before any message, and the
+count exchange carries each rank's status and a checksum of what ranks must pass alike (H,
+dtype, ``num_experts``, ``owner``, ``capacity_factor``, ``algorithm``): a bad argument on any
+rank raises on every rank before the rows move.  ``num_experts`` and ``owner`` size that
+exchange, so like a collective's other must-match arguments they are checked locally only.
 """
 
 from __future__ import annotations
@@ -35,11 +38,10 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.agreement import ERROR_TYPES, MESSAGE_BYTES, agree, gather_rows
+from ..runtime.agreement import ERROR_TYPES, agree
 from .sharding import split_counts
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-HEADER = 7       # int64 fields each rank states in dispatch's agreement (see _header)
 
 
 @dataclass(frozen=True)
@@ -202,19 +204,34 @@ def _bucket_order(owner: np.ndarray) -> np.ndarray:
     return bucket
 
 
-def _check_dispatch(x: Any, expert_ids: Any, weights: Any, ranks: int, num_experts: Any,
-                    owner: Any, capacity_factor: Any
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The arguments as arrays (x, expert ids int64, weights in x's dtype, owner int64), or
+def _owner_map(owner: Any, num_experts: Any, ranks: int) -> np.ndarray:
+    """The owner map as int64 (default: contiguous), or ValueError.  ``num_experts`` and
+    ``owner`` size the count exchange, so they are checked before it, like every argument
+    ranks must pass alike."""
+    if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) \
+            or num_experts < 1:
+        raise ValueError(f"num_experts must be a positive integer, got {num_experts!r}")
+    if owner is None:
+        return default_owner(int(num_experts), ranks)
+    owner = np.asarray(owner)
+    if owner.shape != (num_experts,) or owner.dtype.kind not in "iu":
+        raise ValueError(f"owner must be an integer array of num_experts={num_experts} "
+                         f"ranks, got shape {owner.shape} dtype {owner.dtype}")
+    if owner.min() < 0 or owner.max() >= ranks:
+        raise ValueError(f"owner holds ranks outside [0, {ranks}): "
+                         f"[{owner.min()}, {owner.max()}]")
+    return np.ascontiguousarray(owner, np.int64)
+
+
+def _check_tokens(x: Any, expert_ids: Any, weights: Any, num_experts: int,
+                  capacity_factor: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This rank's arguments as arrays (x, expert ids int64, weights in x's dtype), or
     TypeError/ValueError saying what is wrong."""
     if not isinstance(x, np.ndarray) or x.ndim != 2:
         raise TypeError(f"x must be a 2-D NumPy array (tokens, hidden), got "
                         f"{getattr(x, 'shape', type(x).__name__)}")
     if x.dtype not in DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; supported: float32, float64")
-    if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) \
-            or num_experts < 1:
-        raise ValueError(f"num_experts must be a positive integer, got {num_experts!r}")
     if capacity_factor is not None and (isinstance(capacity_factor, bool) or not (
             isinstance(capacity_factor, (int, float)) and 0 < capacity_factor < math.inf)):
         raise ValueError(f"capacity_factor must be a positive finite number or None, got "
@@ -230,55 +247,42 @@ def _check_dispatch(x: Any, expert_ids: Any, weights: Any, ranks: int, num_exper
     if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
         raise ValueError(f"expert ids must lie in [0, {num_experts}), got "
                          f"[{ids.min()}, {ids.max()}]")
-    if owner is None:
-        owner = default_owner(int(num_experts), ranks)
-    else:
-        owner = np.asarray(owner)
-        if owner.shape != (num_experts,) or owner.dtype.kind not in "iu":
-            raise ValueError(f"owner must be an integer array of num_experts={num_experts} "
-                             f"ranks, got shape {owner.shape} dtype {owner.dtype}")
-        if owner.size and (owner.min() < 0 or owner.max() >= ranks):
-            raise ValueError(f"owner holds ranks outside [0, {ranks}): "
-                             f"[{owner.min()}, {owner.max()}]")
     return (np.ascontiguousarray(x), np.ascontiguousarray(ids, np.int64),
-            np.ascontiguousarray(w, x.dtype), np.ascontiguousarray(owner, np.int64))
+            np.ascontiguousarray(w, x.dtype))
 
 
-def _header(num_experts: int, owner: np.ndarray, hidden: int, dtype: np.dtype,
-            capacity_factor: float | None, algorithm: str, dropped: int) -> np.ndarray:
-    """This rank's statement in dispatch's agreement: what ranks must pass alike (the
-    owner map, capacity factor and algorithm as checksums), then its dropped slots."""
-    alike = (owner.tobytes(), repr(capacity_factor).encode(), algorithm.encode())
-    return np.array([num_experts, hidden, dtype.num, *(zlib.crc32(a) for a in alike),
-                     dropped], np.int64)
+def _alike(num_experts: int, owner: np.ndarray, x: np.ndarray, capacity_factor: Any,
+           algorithm: str) -> int:
+    """A checksum of what ranks must pass alike."""
+    text = repr((num_experts, x.shape[1], x.dtype.str, capacity_factor, algorithm))
+    return zlib.crc32(owner.tobytes(), zlib.crc32(text.encode()))
 
 
-def _agree_dispatch(comm: MPI.Intracomm, error: BaseException | None,
-                    header: np.ndarray) -> int:
-    """One allgather: raise on every rank if any rank's arguments were wrong (the first
-    failed rank's error) or ranks disagree on what they must pass alike; else the dropped
-    slots summed over the ranks."""
-    mine = np.zeros(HEADER * 8 + MESSAGE_BYTES, np.uint8)
-    if error is not None:
-        kind = next(i for i, t in enumerate(ERROR_TYPES) if t and isinstance(error, t))
-        text = f"{type(error).__name__}: {error}".encode()[:MESSAGE_BYTES - 1]
-        mine[HEADER * 8] = kind
-        mine[HEADER * 8 + 1:HEADER * 8 + 1 + len(text)] = np.frombuffer(text, np.uint8)
-    else:
-        mine[:HEADER * 8] = header.view(np.uint8)
-    everyone = gather_rows(comm, mine, "moe.dispatch agreement")
-    failed = np.flatnonzero(everyone[:, HEADER * 8])
+def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray,
+                     status: tuple[int, int, int], error: BaseException | None
+                     ) -> tuple[np.ndarray, int]:
+    """Send every rank its experts' row counts behind ``status`` = (error type index, the
+    :func:`_alike` checksum, slots dropped here) and receive the same from every rank, with
+    the MPI library's Alltoallv (so that ranks passing different algorithms still meet).
+    Raise on every rank if any rank's arguments were wrong (the first failed rank's error
+    type) or ranks passed differently what they must pass alike; else return the rows per
+    (source rank, own expert) and the slots dropped on all ranks."""
+    ranks, held = per_rank.size, int(per_rank[comm.Get_rank()])
+    starts = np.cumsum(per_rank) - per_rank
+    send = np.insert(kept, np.repeat(starts, len(status)), np.tile(status, ranks))
+    recv = np.empty((ranks, len(status) + held), np.int64)
+    comm.Alltoallv([send, per_rank + len(status)],
+                   [recv.reshape(-1), np.full(ranks, len(status) + held)])
+    failed = np.flatnonzero(recv[:, 0])
     if failed.size:
         first = int(failed[0])
-        row = everyone[first, HEADER * 8:]
-        text = row[1:].tobytes().rstrip(b"\0").decode(errors="replace")
-        raise ERROR_TYPES[row[0]](f"moe.dispatch failed on rank {first}: {text}") from error
-    headers = everyone[:, :HEADER * 8].copy().view(np.int64)
-    differ = np.flatnonzero((headers[:, :-1] != headers[0, :-1]).any(axis=1)).tolist()
+        raise ERROR_TYPES[recv[first, 0]](f"moe.dispatch failed on rank {first}: bad "
+                                          "arguments (that rank's error says which)")
+    differ = np.flatnonzero(recv[:, 1] != recv[0, 1]).tolist()
     if differ:
         raise ValueError(f"moe.dispatch: ranks {differ} differ from rank 0 in num_experts, "
                          "owner, hidden size, dtype, capacity_factor or algorithm")
-    return int(headers[:, -1].sum())
+    return recv[:, len(status):], int(recv[:, 2].sum())
 
 
 # ------------------------------------------------------------------------------ the pattern
@@ -292,30 +296,34 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     each token's k experts and router weights; ``owner[e]``: the rank of expert e (default:
     the experts split contiguously, :func:`default_owner`); ``capacity_factor``: drop slots
     past each expert's capacity (module docstring); ``algorithm``: the ``hpccoll.alltoallv``
-    algorithm of the count and row exchanges.  Collective over ``comm``.
+    algorithm of the row exchanges (the counts go by the MPI library's Alltoallv).
+    Collective over ``comm``.
 
     Returns ``(tokens, token_experts, handle)``: tokens (R, H) every row this rank's experts
     must process, grouped by expert in ascending expert id; token_experts (R,) the expert id
-    of each row; the handle for :func:`combine`."""
+    of each row; the handle for :func:`combine`.
+
+    A bad ``num_experts`` or ``owner`` raises ValueError at once (every rank must pass them
+    alike: they size the count exchange); any other bad argument, on any rank, raises on
+    every rank after the count exchange, which carries each rank's status."""
     from .. import alltoallv
     ranks, rank = comm.Get_size(), comm.Get_rank()
-    error = header = None
+    owner = _owner_map(owner, num_experts, ranks)
+    per_rank = np.bincount(owner, minlength=ranks)       # experts held by each rank
     try:
-        x, ids, w, owner = _check_dispatch(x, expert_ids, weights, ranks, num_experts, owner,
-                                           capacity_factor)
+        x, ids, w = _check_tokens(x, expert_ids, weights, num_experts, capacity_factor)
         capacity = expert_capacity(capacity_factor, *ids.shape, num_experts)
         send, kept, positions = pack(x, ids, _bucket_order(owner), capacity)
-        header = _header(num_experts, owner, x.shape[1], x.dtype, capacity_factor,
-                         algorithm, ids.size - send.shape[0])
+        dropped = ids.size - send.shape[0]
+        status = (0, _alike(num_experts, owner, x, capacity_factor, algorithm), dropped)
+        error = None
     except (TypeError, ValueError) as exc:
-        error = exc
-    dropped_total = _agree_dispatch(comm, error, header)
+        kept, error = np.zeros(num_experts, np.int64), exc
+        status = (ERROR_TYPES.index(TypeError if isinstance(exc, TypeError) else ValueError),
+                  0, 0)
+    recv_rows, dropped_total = _exchange_counts(comm, per_rank, kept, status, error)
 
-    per_rank = np.bincount(owner, minlength=ranks)       # experts held by each rank
     mine = np.flatnonzero(owner == rank)
-    recv_rows = np.empty((ranks, mine.size), np.int64)
-    alltoallv(comm, [kept, per_rank], [recv_rows.reshape(-1), np.full(ranks, mine.size)],
-              algorithm=algorithm)
     kept_before = np.concatenate(([0], np.cumsum(kept)))
     send_rows = np.diff(kept_before[np.concatenate(([0], np.cumsum(per_rank)))])
     hidden = x.shape[1]
@@ -325,7 +333,7 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     tokens = regroup(received, recv_rows, to_experts=True)
     token_experts = np.repeat(mine, recv_rows.sum(axis=0))
     handle = MoEHandle(comm, algorithm, hidden, x.dtype, positions, w, send_rows, recv_rows,
-                       mine, capacity, ids.size - send.shape[0], dropped_total)
+                       mine, capacity, dropped, dropped_total)
     return tokens, token_experts, handle
 
 

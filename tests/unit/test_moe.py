@@ -74,16 +74,22 @@ def test_regroup_round_trip():
     (dict(expert_ids=np.zeros((4, 2))), ValueError, "integer array"),
     (dict(expert_ids=np.full((4, 2), 5)), ValueError, r"\[0, 5\)"),
     (dict(weights=np.zeros((4, 1))), ValueError, "weights"),
-    (dict(num_experts=0), ValueError, "num_experts"),
-    (dict(owner=[0, 1, 0]), ValueError, "owner"),
-    (dict(owner=[0, 1, 0, 2, 0]), ValueError, "outside"),
     (dict(capacity_factor=0.0), ValueError, "capacity_factor"),
     (dict(capacity_factor=True), ValueError, "capacity_factor"),
 ])
 def test_bad_arguments_are_named(change, error, pattern):
     args = dict(x=np.zeros((4, 2)), expert_ids=np.zeros((4, 2), np.int64),
-                weights=np.ones((4, 2)), ranks=2, num_experts=5, owner=None,
-                capacity_factor=None)
+                weights=np.ones((4, 2)), num_experts=5, capacity_factor=None)
     args.update(change)
     with pytest.raises(error, match=pattern):
-        moe._check_dispatch(**args)
+        moe._check_tokens(**args)
+
+
+@pytest.mark.parametrize("num_experts, owner, pattern", [
+    (0, None, "num_experts"), (2.0, None, "num_experts"), (3, [0, 1], "owner"),
+    (3, [0.0, 1.0, 0.0], "owner"), (5, [0, 1, 0, 2, 0], "outside"),
+    (3, [0, -1, 0], "outside")])
+def test_bad_owner_maps_are_named(num_experts, owner, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        moe._owner_map(owner, num_experts, 2)
+    np.testing.assert_array_equal(moe._owner_map([1, 0, 1], 3, 2), [1, 0, 1])
