@@ -130,24 +130,24 @@ def _kernels() -> dict[str, Callable]:
                     positions[t, j] = -1
 
     @jit
-    def regroup(dst, src, rows, to_experts):
-        # rows[s, e]: a block of rows per (source rank s, expert e); src (to_experts) or dst
-        # holds them source-major, the other expert-major
+    def regroup(dst, src, rows, width, to_experts):
+        # rows[s, e]: a block of rows of `width` elements per (source rank s, expert e); the
+        # flat src (to_experts) or dst holds them source-major, the other expert-major
         sources, experts = rows.shape
         by_expert = np.empty((sources, experts), np.int64)
         at = 0
         for e in range(experts):
             for s in range(sources):
                 by_expert[s, e] = at
-                at += rows[s, e]
+                at += rows[s, e] * width
         at = 0
         for s in range(sources):
             for e in range(experts):
-                n, there = rows[s, e], by_expert[s, e]
+                n, there = rows[s, e] * width, by_expert[s, e]
                 if to_experts:
-                    dst[there:there + n, :] = src[at:at + n, :]
+                    dst[there:there + n] = src[at:at + n]
                 else:
-                    dst[at:at + n, :] = src[there:there + n, :]
+                    dst[at:at + n] = src[there:there + n]
                 at += n
 
     @jit
@@ -191,7 +191,8 @@ def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool) -> np.nd
     if min(block_rows.shape) <= 1:
         return rows
     out = np.empty_like(rows)
-    _kernels()["regroup"](out, rows, block_rows, to_experts)
+    _kernels()["regroup"](out.reshape(-1), rows.reshape(-1), block_rows, rows.shape[1],
+                          to_experts)
     return out
 
 
