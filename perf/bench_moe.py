@@ -105,14 +105,15 @@ def local_kernels(x, ids, w, owner, handle) -> Callable[[], None]:
     """The local work of hpccoll's dispatch + combine on this data, without messages."""
     bucket = moe._bucket_order(owner)
     received = np.empty((int(handle.recv_rows.sum()), x.shape[1]), x.dtype)
-    back = np.empty((int(handle.send_rows.sum()), x.shape[1]), x.dtype)
+    back = np.empty((int(handle.send_rows.sum()) + len(handle.send_rows), x.shape[1]),
+                    x.dtype)
     out = np.empty_like(x)
     weights = w.astype(x.dtype)
 
     def run():
         moe.pack(x, ids, bucket, None)
         grouped = moe.regroup(received, handle.recv_rows, True)
-        moe.regroup(grouped, handle.recv_rows, False)
+        moe.regroup(grouped, handle.recv_rows, False, gap=1)
         moe._kernels()["weighted_sum"](out, back, handle.positions, weights)
     return run
 

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.agreement import ERROR_TYPES, agree
+from ..runtime.agreement import ERROR_TYPES
 from .sharding import split_counts
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -48,9 +48,10 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 class MoEHandle:
     """What :func:`combine` needs from a :func:`dispatch`, and its drop accounting.
 
-    ``positions[t, j]``: the row of slot j of token t in this rank's send buffer (-1 when
-    dropped); ``send_rows[d]``: rows sent to rank d; ``recv_rows[s, i]``: rows received from
-    rank s for this rank's i-th expert (``experts[i]``); ``capacity``: the per-sender expert
+    ``positions[t, j]``: the row of slot j of token t in what :func:`combine` receives (the
+    send order, one status row ahead of each rank's block), -1 when dropped;
+    ``send_rows[d]``: rows sent to rank d; ``recv_rows[s, i]``: rows received from rank s
+    for this rank's i-th expert (``experts[i]``); ``capacity``: the per-sender expert
     capacity in slots (None: unlimited); ``dropped``: slots this rank dropped;
     ``dropped_total``: slots dropped on all ranks."""
 
@@ -130,9 +131,10 @@ def _kernels() -> dict[str, Callable]:
                     positions[t, j] = -1
 
     @jit
-    def regroup(dst, src, rows, width, to_experts):
+    def regroup(dst, src, rows, width, gap, to_experts):
         # rows[s, e]: a block of rows of `width` elements per (source rank s, expert e); the
-        # flat src (to_experts) or dst holds them source-major, the other expert-major
+        # flat src (to_experts) or dst holds them source-major, `gap` rows before each
+        # source's blocks, the other expert-major
         sources, experts = rows.shape
         by_expert = np.empty((sources, experts), np.int64)
         at = 0
@@ -142,6 +144,7 @@ def _kernels() -> dict[str, Callable]:
                 at += rows[s, e] * width
         at = 0
         for s in range(sources):
+            at += gap * width
             for e in range(experts):
                 n, there = rows[s, e] * width, by_expert[s, e]
                 if to_experts:
@@ -185,13 +188,17 @@ def pack(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray,
     return send, kept, positions
 
 
-def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool) -> np.ndarray:
+def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool, gap: int = 0
+            ) -> np.ndarray:
     """``rows`` reordered between source-major and expert-major blocks ``block_rows[s, e]``
-    (``to_experts``: source-major in, expert-major out); no copy when the orders agree."""
-    if min(block_rows.shape) <= 1:
+    (``to_experts``: source-major in, expert-major out); ``gap`` rows left before each
+    source's blocks on the source-major side (uninitialised in the output); no copy when
+    the orders agree and there is no gap."""
+    if gap == 0 and min(block_rows.shape) <= 1:
         return rows
-    out = np.empty_like(rows)
-    _kernels()["regroup"](out.reshape(-1), rows.reshape(-1), block_rows, rows.shape[1],
+    out = np.empty((rows.shape[0] + (0 if to_experts else gap * len(block_rows)),
+                    rows.shape[1]), rows.dtype)
+    _kernels()["regroup"](out.reshape(-1), rows.reshape(-1), block_rows, rows.shape[1], gap,
                           to_experts)
     return out
 
@@ -333,7 +340,8 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
               [received.reshape(-1), recv_rows.sum(axis=1) * hidden], algorithm=algorithm)
     tokens = regroup(received, recv_rows, to_experts=True)
     token_experts = np.repeat(mine, recv_rows.sum(axis=0))
-    handle = MoEHandle(comm, algorithm, hidden, x.dtype, positions, w, send_rows, recv_rows,
+    back_rows = positions + np.where(positions >= 0, owner[ids] + 1, 0)   # status rows
+    handle = MoEHandle(comm, algorithm, hidden, x.dtype, back_rows, w, send_rows, recv_rows,
                        mine, capacity, dropped, dropped_total)
     return tokens, token_experts, handle
 
@@ -343,7 +351,10 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
     weights: ``(T, H)`` with row t = sum over the kept slots j of token t of
     ``weights[t, j] * output of slot j`` (dropped slots give 0).  ``expert_out`` (R, H) is
     in the row order :func:`dispatch` returned, of its dtype.  Collective over the
-    dispatch's communicator."""
+    dispatch's communicator.
+
+    Each block sent back starts with a status row, so a wrong ``expert_out`` on any rank
+    raises ValueError on every rank without a message of its own."""
     from .. import alltoallv
     comm, hidden = handle.comm, handle.hidden
     rows = int(handle.recv_rows.sum())
@@ -354,11 +365,22 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
                            f"dtype {handle.dtype} (the dispatched tokens'), got "
                            f"{getattr(expert_out, 'shape', type(expert_out).__name__)} "
                            f"{getattr(expert_out, 'dtype', '')}")
-    agree(comm, error, "moe.combine")
-    outgoing = regroup(np.ascontiguousarray(expert_out), handle.recv_rows, to_experts=False)
-    back = np.empty((int(handle.send_rows.sum()), hidden), handle.dtype)
-    alltoallv(comm, [outgoing.reshape(-1), handle.recv_rows.sum(axis=1) * hidden],
-              [back.reshape(-1), handle.send_rows * hidden], algorithm=handle.algorithm)
+        expert_out = np.empty((rows, hidden), handle.dtype)
+    to_rank = handle.recv_rows.sum(axis=1) + 1              # rows back to each rank
+    outgoing = regroup(np.ascontiguousarray(expert_out), handle.recv_rows, False, gap=1)
+    status_rows = np.cumsum(to_rank) - to_rank
+    outgoing[status_rows] = 0
+    outgoing[status_rows, 0] = error is not None
+    from_rank = handle.send_rows + 1
+    back = np.empty((int(from_rank.sum()), hidden), handle.dtype)
+    alltoallv(comm, [outgoing.reshape(-1), to_rank * hidden],
+              [back.reshape(-1), from_rank * hidden], algorithm=handle.algorithm)
+    if error is not None:
+        raise ValueError(f"moe.combine failed on rank {comm.Get_rank()}: {error}")
+    failed = np.flatnonzero(back[np.cumsum(from_rank) - from_rank, 0])
+    if failed.size:
+        raise ValueError(f"moe.combine failed on rank {int(failed[0])}: its expert_out does "
+                         "not fit its dispatch (that rank's error says how)")
     out = np.empty((handle.positions.shape[0], hidden), handle.dtype)
     _kernels()["weighted_sum"](out, back, handle.positions, handle.weights)
     return out

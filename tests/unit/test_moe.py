@@ -63,6 +63,13 @@ def test_regroup_round_trip():
     grouped = moe.regroup(rows, block_rows, to_experts=True)
     np.testing.assert_array_equal(grouped, want)
     np.testing.assert_array_equal(moe.regroup(grouped, block_rows, to_experts=False), rows)
+    # two free rows ahead of each source's blocks
+    spaced = moe.regroup(grouped, block_rows, to_experts=False, gap=2)
+    starts = np.cumsum(block_rows.sum(axis=1) + 2) - block_rows.sum(axis=1)
+    data_rows = np.concatenate([np.arange(a, a + n) for a, n in
+                                zip(starts, block_rows.sum(axis=1))])
+    assert spaced.shape == (rows.shape[0] + 6, 2)
+    np.testing.assert_array_equal(spaced[data_rows], rows)
     one_source = rows[:block_rows[0].sum()]       # one source: the orders agree, no copy
     assert moe.regroup(one_source, block_rows[:1], True) is one_source
 
