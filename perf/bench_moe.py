@@ -20,7 +20,10 @@ iterations, per token (per rank's token), and the ratio naive / variant measured
 "packing" is the time of the local kernels alone (the counting-sort pack, the regrouping
 by expert and back, the weighted sum) on the same data, and its share of hpccoll/auto's
 dispatch + combine; the naive version's local NumPy work is timed the same way.
-The outputs of every variant are compared with the naive one's before timing.
+The outputs of every variant are compared with the naive one's before timing.  Last, the
+dispatch's row exchange alone, per ``hpccoll.alltoallv`` algorithm, and padded to the largest
+block for the fixed-size ``hpccoll.alltoall`` (``bruck``, the log-round algorithm that
+alltoallv does not have, and ``pairwise``).
 
 Usage: mpiexec -n P python perf/bench_moe.py [--tokens 256,4096] [--hidden 512]
        [--experts 16] [--k 2] [--iters 15] [--warmup 3]
@@ -40,6 +43,7 @@ from typing import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
+import hpccoll  # noqa: E402
 from hpccoll import registry  # noqa: E402
 from hpccoll.collectives import uniform_call  # noqa: E402
 from hpccoll.patterns import combine, default_owner, dispatch, moe  # noqa: E402
@@ -140,6 +144,41 @@ def naive_local(x, ids, w, owner, state, arrived) -> Callable[[], None]:
     return run
 
 
+def payload_exchanges(comm, send, handle, names, iters, warmup) -> dict[str, float]:
+    """The dispatch's row exchange alone: ``hpccoll.alltoallv`` with each algorithm, and
+    the rows padded to the largest block of any rank pair and sent by ``hpccoll.alltoall``
+    (``bruck``, ``pairwise``), padding and unpadding included."""
+    hidden = send.shape[1]
+    send_rows, recv_rows = handle.send_rows, handle.recv_rows.sum(axis=1)
+    received = np.empty((int(recv_rows.sum()), hidden), send.dtype)
+    largest = comm.allreduce(int(send_rows.max()), op=MPI.MAX)
+    p = len(send_rows)
+    padded_send = np.zeros((p, largest, hidden), send.dtype)
+    padded_recv = np.empty_like(padded_send)
+    send_at, recv_at = np.cumsum(send_rows) - send_rows, np.cumsum(recv_rows) - recv_rows
+
+    def padded(name):
+        for d in range(p):
+            padded_send[d, :send_rows[d]] = send[send_at[d]:send_at[d] + send_rows[d]]
+        hpccoll.alltoall(comm, padded_send.reshape(-1), padded_recv.reshape(-1),
+                         algorithm=name)
+        for s in range(p):
+            received[recv_at[s]:recv_at[s] + recv_rows[s]] = padded_recv[s, :recv_rows[s]]
+
+    runs = {f"alltoallv/{name}": lambda name=name: hpccoll.alltoallv(
+        comm, [send.reshape(-1), send_rows * hidden],
+        [received.reshape(-1), recv_rows * hidden], algorithm=name) for name in names}
+    runs.update({f"padded alltoall/{name}": lambda name=name: padded(name)
+                 for name in ("bruck", "pairwise")})
+    times = {label: [] for label in runs}
+    for i in range(iters + warmup):
+        for label, run in runs.items():
+            seconds = timed(comm, run)
+            if i >= warmup:
+                times[label].append(seconds)
+    return {label: float(np.median(t)) for label, t in times.items()}
+
+
 def bench(comm, tokens, hidden, experts, k, iters, warmup, names):
     rank, p = comm.Get_rank(), comm.Get_size()
     owner = default_owner(experts, p)
@@ -179,8 +218,10 @@ def bench(comm, tokens, hidden, experts, k, iters, warmup, names):
             seconds = timed(comm, run)
             if i >= warmup:
                 local_times[label].append(seconds)
+    send = moe.pack(x, ids, moe._bucket_order(owner), None)[0]
+    exchanges = payload_exchanges(comm, send, handle, names, iters, warmup)
     return ({label: float(np.median(t)) for label, t in times.items()},
-            {label: float(np.median(t)) for label, t in local_times.items()})
+            {label: float(np.median(t)) for label, t in local_times.items()}, exchanges)
 
 
 def main() -> None:
@@ -199,7 +240,7 @@ def main() -> None:
               f"E={args.experts}, k={args.k}, identity experts, fresh routing per iteration, "
               f"median of {args.iters} iterations (slowest rank)")
     for tokens in (int(t) for t in args.tokens.split(",")):
-        totals, local = bench(comm, tokens, args.hidden, args.experts, args.k, args.iters,
+        totals, local, exchanges = bench(comm, tokens, args.hidden, args.experts, args.k, args.iters,
                               args.warmup, names)
         if comm.Get_rank() == 0:
             megabytes = tokens * args.k * args.hidden * 4 / 2**20
@@ -214,6 +255,11 @@ def main() -> None:
                   f"({100 * local['hpccoll'] / ours:.0f}% of hpccoll/auto), naive NumPy "
                   f"{local['naive'] * 1e3:.3f} ms ({100 * local['naive'] / totals['naive']:.0f}"
                   f"% of naive); naive/hpccoll local {local['naive'] / local['hpccoll']:.2f}")
+            print("dispatch's row exchange alone (one routing, repeated):")
+            fastest = min(exchanges.values())
+            for label, seconds in exchanges.items():
+                print(f"  {label:<26} {seconds * 1e3:9.3f} ms  {seconds / fastest:5.2f}x "
+                      "the fastest")
 
 
 if __name__ == "__main__":
