@@ -30,6 +30,7 @@ exchange, so like a collective's other must-match arguments they are checked loc
 from __future__ import annotations
 
 import math
+import numbers
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -241,7 +242,7 @@ def _check_tokens(x: Any, expert_ids: Any, weights: Any, num_experts: int,
     if x.dtype not in DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; supported: float32, float64")
     if capacity_factor is not None and (isinstance(capacity_factor, bool) or not (
-            isinstance(capacity_factor, (int, float)) and 0 < capacity_factor < math.inf)):
+            isinstance(capacity_factor, numbers.Real) and 0 < capacity_factor < math.inf)):
         raise ValueError(f"capacity_factor must be a positive finite number or None, got "
                          f"{capacity_factor!r}")
     ids = np.asarray(expert_ids)
@@ -262,7 +263,8 @@ def _check_tokens(x: Any, expert_ids: Any, weights: Any, num_experts: int,
 def _alike(num_experts: int, owner: np.ndarray, x: np.ndarray, capacity_factor: Any,
            algorithm: str) -> int:
     """A checksum of what ranks must pass alike."""
-    text = repr((num_experts, x.shape[1], x.dtype.str, capacity_factor, algorithm))
+    factor = None if capacity_factor is None else float(capacity_factor)
+    text = repr((int(num_experts), x.shape[1], x.dtype.str, factor, algorithm))
     return zlib.crc32(owner.tobytes(), zlib.crc32(text.encode()))
 
 

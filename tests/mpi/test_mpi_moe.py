@@ -131,6 +131,10 @@ def test_dispatch_combine_match_reference(mpi_ranks, comm):
             assert got.dtype == dtype and got.shape == want_tokens[r].shape, what
             np.testing.assert_array_equal(got, want_tokens[r], err_msg=what)
             np.testing.assert_array_equal(got_experts, want_experts[r], err_msg=what)
+            np.testing.assert_array_equal(np.repeat(handle.experts, handle.expert_rows),
+                                          got_experts, err_msg=what)
+            assert handle.capacity == (None if capacity is None else math.ceil(
+                capacity * ids.size / num_experts)), what
             assert handle.dropped == want_dropped[r], what
             assert handle.dropped_total == sum(want_dropped), what
             out = combine(expert_fn(got_experts, got), handle)
@@ -177,6 +181,10 @@ def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
                 dispatch(args["x"], ids, w, comm, args["num_experts"], owner=args["owner"],
                          capacity_factor=args["capacity_factor"],
                          algorithm=args["algorithm"])
+    # NumPy scalars on one rank, Python numbers on the others: the same arguments
+    tokens, _, handle = dispatch(x, ids, w, comm, np.int64(8) if bad_here else 8,
+                                 capacity_factor=np.float32(2.0) if bad_here else 2)
+    assert handle.capacity == 32 and handle.dropped_total == 0
     # combine: a wrong output shape on one rank
     tokens, experts, handle = dispatch(x, ids, w, comm, 8)
     wrong = tokens[:, :-1] if bad_here else tokens
