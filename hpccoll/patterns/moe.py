@@ -283,6 +283,9 @@ def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray
     recv = np.empty((ranks, len(status) + held), np.int64)
     comm.Alltoallv([send, per_rank + len(status)],
                    [recv.reshape(-1), np.full(ranks, len(status) + held)])
+    if error is not None:
+        raise type(error)(f"moe.dispatch failed on rank {comm.Get_rank()}: {error}") \
+            from error
     failed = np.flatnonzero(recv[:, 0])
     if failed.size:
         first = int(failed[0])

@@ -152,19 +152,20 @@ def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
     ids = rng.integers(0, 8, (64, 2))
     w = rng.random((64, 2))
     bad_here = r == p - 1                               # only the last rank is wrong
-    bad = [
-        ("expert id out of range", dict(expert_ids=np.where(bad_here, 8, ids))),
-        ("negative expert id", dict(expert_ids=np.where(bad_here, -1, ids))),
-        ("weights shape", dict(weights=w[:, :1] if bad_here else w)),
-        ("x dtype", dict(x=x.astype(np.int32) if bad_here else x)),
-        ("weights dtype", dict(weights=w.astype(complex) if bad_here else w)),
-        ("capacity factor", dict(capacity_factor=-1.0 if bad_here else 1.0)),
+    bad = [   # (what the failing rank's message says, the change)
+        (r"expert ids must lie in \[0, 8\)", dict(expert_ids=np.where(bad_here, 8, ids))),
+        (r"expert ids must lie in \[0, 8\)", dict(expert_ids=np.where(bad_here, -1, ids))),
+        ("weights must be a real array", dict(weights=w[:, :1] if bad_here else w)),
+        ("x has dtype int32", dict(x=x.astype(np.int32) if bad_here else x)),
+        ("weights must be a real array", dict(weights=w.astype(complex) if bad_here else w)),
+        ("capacity_factor must be", dict(capacity_factor=-1.0 if bad_here else 1.0)),
     ]
-    for label, change in bad:
+    for message, change in bad:
         args = dict(x=x, expert_ids=ids, weights=w, num_experts=8, owner=None,
                     capacity_factor=None)
         args.update(change)
-        with pytest.raises((ValueError, TypeError), match=f"failed on rank {p - 1}"):
+        pattern = f"failed on rank {p - 1}: " + (message if bad_here else "bad arguments")
+        with pytest.raises((ValueError, TypeError), match=pattern):
             dispatch(args["x"], args["expert_ids"], args["weights"], comm,
                      args["num_experts"], owner=args["owner"],
                      capacity_factor=args["capacity_factor"])
