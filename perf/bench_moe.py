@@ -147,7 +147,8 @@ def naive_local(x, ids, w, owner, state, arrived) -> Callable[[], None]:
 def payload_exchanges(comm, send, handle, names, iters, warmup) -> dict[str, float]:
     """The dispatch's row exchange alone: ``hpccoll.alltoallv`` with each algorithm, and
     the rows padded to the largest block of any rank pair and sent by ``hpccoll.alltoall``
-    (``bruck``, ``pairwise``), padding and unpadding included."""
+    (``bruck``, ``pairwise``), padding and unpadding included; each checked against
+    ``comm.Alltoallv`` first."""
     hidden = send.shape[1]
     send_rows, recv_rows = handle.send_rows, handle.recv_rows.sum(axis=1)
     received = np.empty((int(recv_rows.sum()), hidden), send.dtype)
@@ -170,6 +171,13 @@ def payload_exchanges(comm, send, handle, names, iters, warmup) -> dict[str, flo
         [received.reshape(-1), recv_rows * hidden], algorithm=name) for name in names}
     runs.update({f"padded alltoall/{name}": lambda name=name: padded(name)
                  for name in ("bruck", "pairwise")})
+    want = np.empty_like(received)
+    comm.Alltoallv([send, send_rows * hidden], [want, recv_rows * hidden])
+    for label, run in runs.items():
+        received[...] = np.nan
+        run()
+        if not np.array_equal(received, want):
+            raise SystemExit(f"{label} delivered wrong rows")
     times = {label: [] for label in runs}
     for i in range(iters + warmup):
         for label, run in runs.items():
@@ -240,8 +248,8 @@ def main() -> None:
               f"E={args.experts}, k={args.k}, identity experts, fresh routing per iteration, "
               f"median of {args.iters} iterations (slowest rank)")
     for tokens in (int(t) for t in args.tokens.split(",")):
-        totals, local, exchanges = bench(comm, tokens, args.hidden, args.experts, args.k, args.iters,
-                              args.warmup, names)
+        totals, local, exchanges = bench(comm, tokens, args.hidden, args.experts, args.k,
+                                         args.iters, args.warmup, names)
         if comm.Get_rank() == 0:
             megabytes = tokens * args.k * args.hidden * 4 / 2**20
             print(f"\nT={tokens} tokens/rank ({megabytes:.1f} MiB of slots sent per rank "
