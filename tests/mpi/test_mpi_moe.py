@@ -182,6 +182,9 @@ def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
                 dispatch(args["x"], ids, w, comm, args["num_experts"], owner=args["owner"],
                          capacity_factor=args["capacity_factor"],
                          algorithm=args["algorithm"])
+    # an algorithm alltoallv does not have: hpccoll's own error, on every rank
+    with pytest.raises(ValueError, match="unknown algorithm 'bruck' for alltoallv"):
+        dispatch(x, ids, w, comm, 8, algorithm="bruck")
     # NumPy scalars on one rank, Python numbers on the others: the same arguments
     tokens, _, handle = dispatch(x, ids, w, comm, np.int64(8) if bad_here else 8,
                                  capacity_factor=np.float32(2.0) if bad_here else 2)
