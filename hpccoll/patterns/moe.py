@@ -1,0 +1,391 @@
+"""Mixture-of-experts dispatch and combine over expert parallelism.
+
+As in "一种 TP-SP-EP 混合并行策略" (a TP-SP-EP hybrid parallel strategy), section 4: the
+experts are split over the ranks, every rank holds a shard of the tokens (T, H) and its
+router's top-k choices (T, k), and each MoE layer is two all-to-alls:
+
+- :func:`dispatch` copies every kept (token, k-slot) into one row for the rank that owns its
+  expert (a counting sort by owner then expert id, in a Numba kernel), exchanges the per-expert
+  row counts (with every rank's status), then the rows (``hpccoll.alltoallv``, any algorithm),
+  and groups what it received by expert: the rows this rank's experts must process, in
+  ascending expert id, with a handle;
+- :func:`combine` sends the experts' outputs back along the same counts and forms, per token,
+  the sum over its k slots of router weight times expert output (dropped slots give 0).
+
+Capacity (as GShard and Switch Transformer): with ``capacity_factor`` c, expert e accepts from
+each sending rank at most ``ceil(c * T * k / num_experts)`` slots (T and k that rank's), taken
+in priority order: the first choices (k index 0) of all tokens in token order, then the second
+choices, and so on; the slots past the capacity are dropped, counted on the sending rank in
+``handle.dropped`` and over all ranks in ``handle.dropped_total``.  Without a capacity factor
+nothing is dropped.
+
+Row order: the rows of one expert come by sending rank, and within a rank in priority order
+(k index, then token).  Every argument is checked on every rank before any message, and the
+count exchange carries each rank's status and a checksum of what ranks must pass alike (H,
+dtype, ``num_experts``, ``owner``, ``capacity_factor``, ``algorithm``): a bad argument on any
+rank raises on every rank before the rows move.  ``num_experts`` and ``owner`` size that
+exchange, so like a collective's other must-match arguments they are checked locally only.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from ..runtime.agreement import ERROR_TYPES
+from .sharding import split_counts
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclass(frozen=True)
+class MoEHandle:
+    """What :func:`combine` needs from a :func:`dispatch`, and its drop accounting.
+
+    ``positions[t, j]``: the row of slot j of token t in what :func:`combine` receives (the
+    send order, one status row ahead of each rank's block), -1 when dropped;
+    ``send_rows[d]``: rows sent to rank d; ``recv_rows[s, i]``: rows received from rank s
+    for this rank's i-th expert (``experts[i]``); ``capacity``: the per-sender expert
+    capacity in slots (None: unlimited); ``dropped``: slots this rank dropped;
+    ``dropped_total``: slots dropped on all ranks."""
+
+    comm: MPI.Intracomm
+    algorithm: str
+    hidden: int
+    dtype: np.dtype
+    positions: np.ndarray
+    weights: np.ndarray
+    send_rows: np.ndarray
+    recv_rows: np.ndarray
+    experts: np.ndarray
+    capacity: int | None
+    dropped: int
+    dropped_total: int
+
+    @property
+    def expert_rows(self) -> np.ndarray:
+        """Rows dispatched to each of this rank's experts (``experts``), in order."""
+        return self.recv_rows.sum(axis=0)
+
+
+def default_owner(num_experts: int, ranks: int) -> np.ndarray:
+    """The rank of each expert when they are split contiguously over ``ranks``, as
+    ``np.array_split(range(num_experts), ranks)``."""
+    return np.repeat(np.arange(ranks, dtype=np.int64), split_counts(num_experts, ranks))
+
+
+def expert_capacity(capacity_factor: float | None, tokens: int, k: int,
+                    num_experts: int) -> int | None:
+    """Slots one expert accepts from one rank: ``ceil(c * tokens * k / num_experts)``."""
+    if capacity_factor is None:
+        return None
+    return math.ceil(capacity_factor * tokens * k / num_experts)
+
+
+# ------------------------------------------------------------------------------ kernels
+
+@lru_cache(maxsize=None)
+def _kernels() -> dict[str, Callable]:
+    """The Numba kernels (compiled on first use, cached on disk, without the GIL)."""
+    from numba import njit
+    jit = njit(cache=True, nogil=True)
+
+    @jit
+    def count_slots(expert_ids, bucket, capacity, kept):
+        # kept[b]: slots kept for bucket b (an expert, in owner-then-id order) visiting the
+        # slots in priority order; capacity < 0: unlimited
+        tokens, k = expert_ids.shape
+        for j in range(k):
+            for t in range(tokens):
+                b = bucket[expert_ids[t, j]]
+                if capacity < 0 or kept[b] < capacity:
+                    kept[b] += 1
+
+    @jit
+    def place_slots(send, positions, x, expert_ids, bucket, kept):
+        # the counting sort's second pass: the same priority order, the first kept[b] slots of
+        # bucket b copied to its rows, the rest dropped (position -1)
+        tokens, k = expert_ids.shape
+        nxt = np.empty(kept.size, np.int64)
+        end = np.empty(kept.size, np.int64)
+        at = 0
+        for b in range(kept.size):
+            nxt[b] = at
+            at += kept[b]
+            end[b] = at
+        for j in range(k):
+            for t in range(tokens):
+                b = bucket[expert_ids[t, j]]
+                row = nxt[b]
+                if row < end[b]:
+                    nxt[b] = row + 1
+                    positions[t, j] = row
+                    send[row, :] = x[t, :]
+                else:
+                    positions[t, j] = -1
+
+    @jit
+    def regroup(dst, src, rows, width, gap, to_experts):
+        # rows[s, e]: a block of rows of `width` elements per (source rank s, expert e); the
+        # flat src (to_experts) or dst holds them source-major, `gap` rows before each
+        # source's blocks, the other expert-major
+        sources, experts = rows.shape
+        by_expert = np.empty((sources, experts), np.int64)
+        at = 0
+        for e in range(experts):
+            for s in range(sources):
+                by_expert[s, e] = at
+                at += rows[s, e] * width
+        at = 0
+        for s in range(sources):
+            at += gap * width
+            for e in range(experts):
+                n, there = rows[s, e] * width, by_expert[s, e]
+                if to_experts:
+                    dst[there:there + n] = src[at:at + n]
+                else:
+                    dst[at:at + n] = src[there:there + n]
+                at += n
+
+    @jit
+    def weighted_sum(out, back, positions, weights):
+        # out[t] = sum over kept slots j of weights[t, j] * back[positions[t, j]], j ascending
+        tokens, k = positions.shape
+        hidden = out.shape[1]
+        for t in range(tokens):
+            row = out[t]
+            for h in range(hidden):
+                row[h] = 0
+            for j in range(k):
+                at = positions[t, j]
+                if at >= 0:
+                    w = weights[t, j]
+                    src = back[at]
+                    for h in range(hidden):
+                        row[h] += w * src[h]
+
+    return {"count_slots": count_slots, "place_slots": place_slots, "regroup": regroup,
+            "weighted_sum": weighted_sum}
+
+
+def pack(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray,
+         capacity: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bucket this rank's slots (counting sort, priority order, capacity): returns the send
+    rows (kept slots, by ``bucket`` of their expert), rows kept per bucket, and each slot's
+    row (-1: dropped)."""
+    kernels = _kernels()
+    kept = np.zeros(bucket.size, np.int64)
+    kernels["count_slots"](expert_ids, bucket, -1 if capacity is None else capacity, kept)
+    send = np.empty((int(kept.sum()), x.shape[1]), x.dtype)
+    positions = np.empty(expert_ids.shape, np.int64)
+    kernels["place_slots"](send, positions, x, expert_ids, bucket, kept)
+    return send, kept, positions
+
+
+def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool, gap: int = 0
+            ) -> np.ndarray:
+    """``rows`` reordered between source-major and expert-major blocks ``block_rows[s, e]``
+    (``to_experts``: source-major in, expert-major out); ``gap`` rows left before each
+    source's blocks on the source-major side (uninitialised in the output); no copy when
+    the orders agree and there is no gap."""
+    if gap == 0 and min(block_rows.shape) <= 1:
+        return rows
+    out = np.empty((rows.shape[0] + (0 if to_experts else gap * len(block_rows)),
+                    rows.shape[1]), rows.dtype)
+    _kernels()["regroup"](out.reshape(-1), rows.reshape(-1), block_rows, rows.shape[1], gap,
+                          to_experts)
+    return out
+
+
+# ------------------------------------------------------------------------------ checks
+
+def _bucket_order(owner: np.ndarray) -> np.ndarray:
+    """Each expert's bucket: its place among the experts sorted by owner, then id."""
+    bucket = np.empty(owner.size, np.int64)
+    bucket[np.lexsort((np.arange(owner.size), owner))] = np.arange(owner.size)
+    return bucket
+
+
+def _owner_map(owner: Any, num_experts: Any, ranks: int) -> np.ndarray:
+    """The owner map as int64 (default: contiguous), or ValueError.  ``num_experts`` and
+    ``owner`` size the count exchange, so they are checked before it, like every argument
+    ranks must pass alike."""
+    if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) \
+            or num_experts < 1:
+        raise ValueError(f"num_experts must be a positive integer, got {num_experts!r}")
+    if owner is None:
+        return default_owner(int(num_experts), ranks)
+    owner = np.asarray(owner)
+    if owner.shape != (num_experts,) or owner.dtype.kind not in "iu":
+        raise ValueError(f"owner must be an integer array of num_experts={num_experts} "
+                         f"ranks, got shape {owner.shape} dtype {owner.dtype}")
+    if owner.min() < 0 or owner.max() >= ranks:
+        raise ValueError(f"owner holds ranks outside [0, {ranks}): "
+                         f"[{owner.min()}, {owner.max()}]")
+    return np.ascontiguousarray(owner, np.int64)
+
+
+def _check_tokens(x: Any, expert_ids: Any, weights: Any, num_experts: int,
+                  capacity_factor: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This rank's arguments as arrays (x, expert ids int64, weights in x's dtype), or
+    TypeError/ValueError saying what is wrong."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2:
+        raise TypeError(f"x must be a 2-D NumPy array (tokens, hidden), got "
+                        f"{getattr(x, 'shape', type(x).__name__)}")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; supported: float32, float64")
+    if capacity_factor is not None and (isinstance(capacity_factor, bool) or not (
+            isinstance(capacity_factor, numbers.Real) and 0 < capacity_factor < math.inf)):
+        raise ValueError(f"capacity_factor must be a positive finite number or None, got "
+                         f"{capacity_factor!r}")
+    ids = np.asarray(expert_ids)
+    if ids.ndim != 2 or ids.shape[0] != x.shape[0] or ids.dtype.kind not in "iu":
+        raise ValueError(f"expert_ids must be an integer array (tokens={x.shape[0]}, k), got "
+                         f"shape {ids.shape} dtype {ids.dtype}")
+    w = np.asarray(weights)
+    if w.shape != ids.shape or w.dtype.kind not in "iuf":
+        raise ValueError(f"weights must be a real array of expert_ids' shape {ids.shape}, got "
+                         f"shape {w.shape} dtype {w.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise ValueError(f"expert ids must lie in [0, {num_experts}), got "
+                         f"[{ids.min()}, {ids.max()}]")
+    return (np.ascontiguousarray(x), np.ascontiguousarray(ids, np.int64),
+            np.ascontiguousarray(w, x.dtype))
+
+
+def _alike(num_experts: int, owner: np.ndarray, x: np.ndarray, capacity_factor: Any,
+           algorithm: str) -> int:
+    """A checksum of what ranks must pass alike."""
+    factor = None if capacity_factor is None else float(capacity_factor)
+    text = repr((int(num_experts), x.shape[1], x.dtype.str, factor, algorithm))
+    return zlib.crc32(owner.tobytes(), zlib.crc32(text.encode()))
+
+
+def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray,
+                     status: tuple[int, int, int], error: BaseException | None
+                     ) -> tuple[np.ndarray, int]:
+    """Send every rank its experts' row counts behind ``status`` = (error type index, the
+    :func:`_alike` checksum, slots dropped here) and receive the same from every rank, with
+    the MPI library's Alltoallv (so that ranks passing different algorithms still meet).
+    Raise on every rank if any rank's arguments were wrong (the first failed rank's error
+    type) or ranks passed differently what they must pass alike; else return the rows per
+    (source rank, own expert) and the slots dropped on all ranks."""
+    ranks, held = per_rank.size, int(per_rank[comm.Get_rank()])
+    starts = np.cumsum(per_rank) - per_rank
+    send = np.insert(kept, np.repeat(starts, len(status)), np.tile(status, ranks))
+    recv = np.empty((ranks, len(status) + held), np.int64)
+    comm.Alltoallv([send, per_rank + len(status)],
+                   [recv.reshape(-1), np.full(ranks, len(status) + held)])
+    if error is not None:
+        raise type(error)(f"moe.dispatch failed on rank {comm.Get_rank()}: {error}") \
+            from error
+    failed = np.flatnonzero(recv[:, 0])
+    if failed.size:
+        first = int(failed[0])
+        raise ERROR_TYPES[recv[first, 0]](f"moe.dispatch failed on rank {first}: bad "
+                                          "arguments (that rank's error says which)")
+    differ = np.flatnonzero(recv[:, 1] != recv[0, 1]).tolist()
+    if differ:
+        raise ValueError(f"moe.dispatch: ranks {differ} differ from rank 0 in num_experts, "
+                         "owner, hidden size, dtype, capacity_factor or algorithm")
+    return recv[:, len(status):], int(recv[:, 2].sum())
+
+
+# ------------------------------------------------------------------------------ the pattern
+
+def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
+             num_experts: int, *, owner: Any = None, capacity_factor: float | None = None,
+             algorithm: str = "auto") -> tuple[np.ndarray, np.ndarray, MoEHandle]:
+    """Send every (token, k-slot) of this rank to the rank owning its expert.
+
+    ``x`` (T, H) float32/float64: this rank's tokens; ``expert_ids`` and ``weights`` (T, k):
+    each token's k experts and router weights; ``owner[e]``: the rank of expert e (default:
+    the experts split contiguously, :func:`default_owner`); ``capacity_factor``: drop slots
+    past each expert's capacity (module docstring); ``algorithm``: the ``hpccoll.alltoallv``
+    algorithm of the row exchanges (the counts go by the MPI library's Alltoallv).
+    Collective over ``comm``.
+
+    Returns ``(tokens, token_experts, handle)``: tokens (R, H) every row this rank's experts
+    must process, grouped by expert in ascending expert id; token_experts (R,) the expert id
+    of each row; the handle for :func:`combine`.
+
+    A bad ``num_experts`` or ``owner`` raises ValueError at once (every rank must pass them
+    alike: they size the count exchange); any other bad argument, on any rank, raises on
+    every rank after the count exchange, which carries each rank's status."""
+    from .. import alltoallv
+    ranks, rank = comm.Get_size(), comm.Get_rank()
+    owner = _owner_map(owner, num_experts, ranks)
+    per_rank = np.bincount(owner, minlength=ranks)       # experts held by each rank
+    try:
+        x, ids, w = _check_tokens(x, expert_ids, weights, num_experts, capacity_factor)
+        capacity = expert_capacity(capacity_factor, *ids.shape, num_experts)
+        send, kept, positions = pack(x, ids, _bucket_order(owner), capacity)
+        dropped = ids.size - send.shape[0]
+        status = (0, _alike(num_experts, owner, x, capacity_factor, algorithm), dropped)
+        error = None
+    except (TypeError, ValueError) as exc:
+        kept, error = np.zeros(num_experts, np.int64), exc
+        status = (ERROR_TYPES.index(TypeError if isinstance(exc, TypeError) else ValueError),
+                  0, 0)
+    recv_rows, dropped_total = _exchange_counts(comm, per_rank, kept, status, error)
+
+    mine = np.flatnonzero(owner == rank)
+    kept_before = np.concatenate(([0], np.cumsum(kept)))
+    send_rows = np.diff(kept_before[np.concatenate(([0], np.cumsum(per_rank)))])
+    hidden = x.shape[1]
+    received = np.empty((int(recv_rows.sum()), hidden), x.dtype)
+    alltoallv(comm, [send.reshape(-1), send_rows * hidden],
+              [received.reshape(-1), recv_rows.sum(axis=1) * hidden], algorithm=algorithm)
+    tokens = regroup(received, recv_rows, to_experts=True)
+    token_experts = np.repeat(mine, recv_rows.sum(axis=0))
+    back_rows = positions + np.where(positions >= 0, owner[ids] + 1, 0)   # status rows
+    handle = MoEHandle(comm, algorithm, hidden, x.dtype, back_rows, w, send_rows, recv_rows,
+                       mine, capacity, dropped, dropped_total)
+    return tokens, token_experts, handle
+
+
+def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
+    """The experts' outputs back to their tokens' ranks, summed per token with the router's
+    weights: ``(T, H)`` with row t = sum over the kept slots j of token t of
+    ``weights[t, j] * output of slot j`` (dropped slots give 0).  ``expert_out`` (R, H) is
+    in the row order :func:`dispatch` returned, of its dtype.  Collective over the
+    dispatch's communicator.
+
+    Each block sent back starts with a status row, so a wrong ``expert_out`` on any rank
+    raises ValueError on every rank without a message of its own."""
+    from .. import alltoallv
+    comm, hidden = handle.comm, handle.hidden
+    rows = int(handle.recv_rows.sum())
+    error = None
+    if not isinstance(expert_out, np.ndarray) or expert_out.shape != (rows, hidden) \
+            or expert_out.dtype != handle.dtype:
+        error = ValueError(f"expert_out must be a NumPy array of shape {(rows, hidden)} and "
+                           f"dtype {handle.dtype} (the dispatched tokens'), got "
+                           f"{getattr(expert_out, 'shape', type(expert_out).__name__)} "
+                           f"{getattr(expert_out, 'dtype', '')}")
+        expert_out = np.empty((rows, hidden), handle.dtype)
+    to_rank = handle.recv_rows.sum(axis=1) + 1              # rows back to each rank
+    outgoing = regroup(np.ascontiguousarray(expert_out), handle.recv_rows, False, gap=1)
+    status_rows = np.cumsum(to_rank) - to_rank
+    outgoing[status_rows] = 0
+    outgoing[status_rows, 0] = error is not None
+    from_rank = handle.send_rows + 1
+    back = np.empty((int(from_rank.sum()), hidden), handle.dtype)
+    alltoallv(comm, [outgoing.reshape(-1), to_rank * hidden],
+              [back.reshape(-1), from_rank * hidden], algorithm=handle.algorithm)
+    if error is not None:
+        raise ValueError(f"moe.combine failed on rank {comm.Get_rank()}: {error}")
+    failed = np.flatnonzero(back[np.cumsum(from_rank) - from_rank, 0])
+    if failed.size:
+        raise ValueError(f"moe.combine failed on rank {int(failed[0])}: its expert_out does "
+                         "not fit its dispatch (that rank's error says how)")
+    out = np.empty((handle.positions.shape[0], hidden), handle.dtype)
+    _kernels()["weighted_sum"](out, back, handle.positions, handle.weights)
+    return out
