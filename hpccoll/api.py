@@ -156,6 +156,8 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
         except TypeError:               # unhashable arguments: validation says what is wrong
             found = key = None
         if found is not None:
+            if found.args.spec.vector:
+                sendbuf, recvbuf = sendbuf[0], recvbuf[0]
             send = None if sendbuf is MPI.IN_PLACE else _array(sendbuf)
             return found, send, send[:0] if found.ignores_recv else _array(recvbuf)
     args, send, recv = validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,

@@ -186,18 +186,35 @@ def _buffer_key(buf: Any, writable: bool) -> tuple | str | None:
         ((flags.writeable,) if writable else ())
 
 
+def _vector_key(buffer_spec: Any, writable: bool) -> tuple:
+    """The key of alltoallv's ``[array, counts(, displs)]`` (or ``[array, (counts, displs)]``)."""
+    array, *layout = buffer_spec
+    return (_buffer_key(array, writable), *map(_frozen, layout))
+
+
+def _frozen(value: Any) -> Any:
+    """Counts and displacements (nested sequences or arrays of integers) as nested tuples."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_frozen, value))
+    return value
+
+
 def signature(collective: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
               root: Any, algorithm: Any, options: Any) -> tuple | None:
     """Everything validation depends on, cheaply read, as a cache key; None when the call
-    is not cacheable (alltoallv, or arguments that are not even arrays)."""
-    if spec(collective).vector:
-        return None
+    is not cacheable (arguments that are not even arrays)."""
     try:
+        if spec(collective).vector:
+            return (collective, algorithm, _vector_key(sendbuf, False),
+                    _vector_key(recvbuf, True),
+                    None if options is None else tuple(sorted(options.items())))
         return (collective, algorithm, _buffer_key(sendbuf, False), _buffer_key(recvbuf, True),
                 None if counts is None else tuple(counts),
                 op if isinstance(op, str) or op is None else buffers.op_name(op), root,
                 None if options is None else tuple(sorted(options.items())))
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, ValueError):
         return None
 
 

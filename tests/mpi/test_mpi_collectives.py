@@ -139,6 +139,19 @@ def test_alltoallv_matches_native(mpi_ranks, comm):
             hpccoll.alltoallv(comm, [send, sendcounts, sdispls], [got, (recvcounts, rdispls)],
                               algorithm=name)
             check(got, want, f"{name} {dtype}")
+    # repeated calls are served from the call cache: same buffers with other counts, other
+    # buffers with the same counts, counts as lists, tuples and arrays
+    for name in ("auto", "pairwise", "native"):
+        for shift in (0, 1, 1, 2, 0):
+            counts = [(r + j + shift) % 3 for j in range(p)]
+            back = [(j + r + shift) % 3 for j in range(p)]
+            send = data(r, 6 * p, "int64", salt=shift)
+            want = np.full(6 * p, 7, np.int64)
+            comm.Alltoallv([send, counts], [want, back])
+            got = np.full(6 * p, 7, np.int64)
+            given = (counts, tuple(back)) if shift % 2 else (np.array(counts), back)
+            hpccoll.alltoallv(comm, [send, given[0]], [got, given[1]], algorithm=name)
+            check(got, want, f"{name} repeated, shift {shift}")
 
 
 @pytest.mark.mpi(ranks=[2, 4], timeout=120)
