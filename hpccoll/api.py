@@ -22,8 +22,9 @@ from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf,
 from .collectives import nonblocking
 from .context import Context, context, existing_context
 from .requests import NativeOperation, PersistentRequest, Request
-from .runtime import buffers, device, kernels
+from .runtime import buffers, device, kernels, native
 from .runtime.executor import Operation, Plan
+from .runtime.native import NativeCall
 from .schedule import offsets
 
 class Prepared:
@@ -47,8 +48,11 @@ class Prepared:
         self.label = f"{args.collective}/{algorithm}"
         self.shift = identity(args, algorithm) % ctx.tag_span
         self.blocking_tags = (*ctx.blocking_tags, self.shift)
+        self.compiled: NativeCall | None = None      # the compiled executor, where it runs
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
+            if memory_kind == buffers.HOST:
+                self.compiled = _native_call(args, ctx, self.label)
         else:
             key = (args.collective, algorithm, args.call, args.dtype)
             planner = registry.get(args.collective, algorithm).planner
@@ -136,6 +140,23 @@ def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.
     return lambda send, recv: method(*arguments(send, recv))
 
 
+def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
+    """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
+    one: an MPI library it recognises, a collective it posts, equal blocks and an op the
+    library predefines; None otherwise."""
+    call = args.call
+    if args.collective not in native.KINDS or len(set(call.counts)) > 1 or \
+            not native.available():
+        return None
+    op = buffers.native_op(args.op, args.dtype) if args.op else None
+    if op is not None and not op.is_predefined:
+        return None
+    send_n, recv_n = args.spec.sizes(call)
+    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0],
+                      None if call.in_place else send_n, recv_n, args.dtype,
+                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
+
+
 def _nothing() -> None:
     pass
 
@@ -175,9 +196,99 @@ def _array(buf: Any) -> Any:
     return buf if isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
 
 
-def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:
-    """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s)."""
-    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+class LastCall:
+    """A collective's last blocking call, served again without validation when it repeats.
+
+    A repeat is the same communicator, op, root and algorithm (the same objects, or equal
+    ints and names), no counts or options, and NumPy arrays -- any arrays: what the prepared
+    call depends on is checked on the arrays at each call (dtype, size, C layout, writability
+    and overlap; by the compiled executor itself where it runs), and their addresses are
+    read anew, so a buffer freed and its memory reused, or an array resized in place, is
+    still served right or validated afresh.  The prepared call stays valid while its context
+    keeps it in its validated calls (listed there under itself): a context freed, recovered
+    or given another topology drops them; on a revoked one the validating path raises.
+    Check mode (``HPCCOLL_CHECK``) validates and agrees on every call."""
+
+    __slots__ = ("comm", "in_place", "op", "root", "algorithm", "prepared", "calls",
+                 "send_n", "recv_n", "dtype")
+
+    def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
+                 algorithm: str, send: Any, recv: Any):
+        self.comm, self.in_place, self.op, self.root = comm, sendbuf is MPI.IN_PLACE, op, root
+        self.algorithm, self.prepared = algorithm, prepared
+        self.calls = prepared.ctx.calls
+        self.send_n = None if send is None else send.size
+        self.recv_n, self.dtype = recv.size, recv.dtype
+        prepared.ctx.remember(prepared, prepared)
+
+    @staticmethod
+    def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
+           counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
+        """The last call to remember for this one, if it can repeat (NumPy arrays on the
+        host, no counts or options, every rank receiving)."""
+        if counts is not None or options is not None or prepared.ignores_recv or \
+                not isinstance(comm, MPI.Comm) or type(recvbuf) is not np.ndarray or \
+                not (sendbuf is MPI.IN_PLACE or type(sendbuf) is np.ndarray) or \
+                prepared.on_device:
+            return None
+        return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
+
+    def run(self, comm: Any, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, root: Any,
+            algorithm: str, options: Any) -> bool:
+        """Run the call if it repeats this one; False (nothing done) if it does not."""
+        if comm is not self.comm or op is not self.op or root != self.root or \
+                algorithm != self.algorithm or counts is not None or options is not None or \
+                type(recvbuf) is not np.ndarray or settings.current.check or \
+                self.calls.get(self.prepared) is not self.prepared or \
+                self.prepared.ctx.revoked is not None:
+            return False
+        if self.in_place:
+            if sendbuf is not MPI.IN_PLACE:
+                return False
+            send = None
+        elif type(sendbuf) is np.ndarray:
+            send = sendbuf
+        else:
+            return False
+        prepared = self.prepared
+        if prepared.compiled is not None:
+            return prepared.compiled.run(send, recvbuf)
+        if not self.alike(send, self.send_n) or not self.alike(recvbuf, self.recv_n, True):
+            return False
+        prepared.start(send, recvbuf).wait()
+        return True
+
+    def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
+        """Whether ``array`` is as validated: dtype, size, C layout (and writable)."""
+        if array is None:
+            return True
+        flags = array.flags
+        return array.dtype is self.dtype and array.size == size and flags.c_contiguous and \
+            (flags.writeable or not write)
+
+
+_last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+
+
+def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *,
+                   counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
+                   options: Mapping[str, Any] | None = None) -> None:
+    """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a repeat
+    of the last one served at once (:class:`LastCall`), any other validated and prepared."""
+    last = _last_calls.get(collective)
+    if last is not None and last.run(comm, sendbuf, recvbuf, counts, op, root, algorithm,
+                                     options):
+        return
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
+                                   root=root, algorithm=algorithm, options=options)
+    last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
+                       algorithm, options)
+    if last is not None:
+        _last_calls[collective] = last
+    if prepared.compiled is not None and not settings.current.check:
+        prepared.ctx.check()
+        if prepared.compiled.run(send, recv):
+            return
     prepared.start(send, recv).wait()
 
 
