@@ -142,18 +142,17 @@ def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.
 
 def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
-    one: an MPI library it recognises, a collective it posts, equal blocks and an op the
-    library predefines; None otherwise."""
+    one: an MPI library it recognises, a collective and dtype it takes, equal blocks and an
+    op the library predefines; None otherwise."""
     call = args.call
-    if args.collective not in native.KINDS or len(set(call.counts)) > 1 or \
-            not native.available():
+    if len(set(call.counts)) > 1 or not native.runs(args.collective, args.dtype):
         return None
     op = buffers.native_op(args.op, args.dtype) if args.op else None
     if op is not None and not op.is_predefined:
         return None
     send_n, recv_n = args.spec.sizes(call)
     return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0],
-                      None if call.in_place else send_n, recv_n, args.dtype,
+                      None if call.in_place else send_n, recv_n,
                       buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
 
 
@@ -201,22 +200,23 @@ class LastCall:
 
     A repeat is the same communicator, op, root and algorithm (the same objects, or equal
     ints and names), no counts or options, and NumPy arrays -- any arrays: what the prepared
-    call depends on is checked on the arrays at each call (dtype, size, C layout, writability
-    and overlap; by the compiled executor itself where it runs), and their addresses are
+    call depends on is checked on the arrays at each call (dtype; size, C layout, writability
+    and overlap, by the compiled executor itself where it runs), and their addresses are
     read anew, so a buffer freed and its memory reused, or an array resized in place, is
     still served right or validated afresh.  The prepared call stays valid while its context
     keeps it in its validated calls (listed there under itself): a context freed, recovered
     or given another topology drops them; on a revoked one the validating path raises.
-    Check mode (``HPCCOLL_CHECK``) validates and agrees on every call."""
+    Check mode (``HPCCOLL_CHECK``) validates and agrees on every call: the last calls are
+    forgotten whenever the settings change, and not remembered in check mode."""
 
-    __slots__ = ("comm", "in_place", "op", "root", "algorithm", "prepared", "calls",
-                 "send_n", "recv_n", "dtype")
+    __slots__ = ("comm", "in_place", "op", "root", "algorithm", "prepared", "ctx", "calls",
+                 "compiled", "send_n", "recv_n", "dtype")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
         self.comm, self.in_place, self.op, self.root = comm, sendbuf is MPI.IN_PLACE, op, root
-        self.algorithm, self.prepared = algorithm, prepared
-        self.calls = prepared.ctx.calls
+        self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
+        self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
         self.send_n = None if send is None else send.size
         self.recv_n, self.dtype = recv.size, recv.dtype
         prepared.ctx.remember(prepared, prepared)
@@ -225,52 +225,52 @@ class LastCall:
     def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
            counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
         """The last call to remember for this one, if it can repeat (NumPy arrays on the
-        host, no counts or options, every rank receiving)."""
+        host, no counts or options, every rank receiving, not in check mode)."""
         if counts is not None or options is not None or prepared.ignores_recv or \
                 not isinstance(comm, MPI.Comm) or type(recvbuf) is not np.ndarray or \
                 not (sendbuf is MPI.IN_PLACE or type(sendbuf) is np.ndarray) or \
-                prepared.on_device:
+                prepared.on_device or settings.current.check:
             return None
         return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
 
     def run(self, comm: Any, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, root: Any,
             algorithm: str, options: Any) -> bool:
         """Run the call if it repeats this one; False (nothing done) if it does not."""
-        if comm is not self.comm or op is not self.op or root != self.root or \
-                algorithm != self.algorithm or counts is not None or options is not None or \
-                type(recvbuf) is not np.ndarray or settings.current.check or \
-                self.calls.get(self.prepared) is not self.prepared or \
-                self.prepared.ctx.revoked is not None:
+        if comm is not self.comm or op is not self.op or algorithm != self.algorithm or \
+                root != self.root or counts is not None or options is not None or \
+                type(recvbuf) is not np.ndarray or self.ctx.revoked is not None or \
+                self.prepared not in self.calls:
+            return False
+        dtype = self.dtype
+        if recvbuf.dtype is not dtype:
             return False
         if self.in_place:
             if sendbuf is not MPI.IN_PLACE:
                 return False
-            send = None
-        elif type(sendbuf) is np.ndarray:
-            send = sendbuf
-        else:
+            sendbuf = None
+        elif type(sendbuf) is not np.ndarray or sendbuf.dtype is not dtype:
             return False
-        prepared = self.prepared
-        if prepared.compiled is not None:
-            return prepared.compiled.run(send, recvbuf)
-        if not self.alike(send, self.send_n) or not self.alike(recvbuf, self.recv_n, True):
+        if self.compiled is not None:
+            return self.compiled.run(sendbuf, recvbuf)
+        if not self.alike(sendbuf, self.send_n) or not self.alike(recvbuf, self.recv_n, True):
             return False
-        prepared.start(send, recvbuf).wait()
+        self.prepared.start(sendbuf, recvbuf).wait()
         return True
 
-    def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
-        """Whether ``array`` is as validated: dtype, size, C layout (and writable)."""
+    @staticmethod
+    def alike(array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
+        """Whether ``array`` is as validated: size, C layout (and writable)."""
         if array is None:
             return True
         flags = array.flags
-        return array.dtype is self.dtype and array.size == size and flags.c_contiguous and \
-            (flags.writeable or not write)
+        return array.size == size and flags.c_contiguous and (flags.writeable or not write)
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+settings.on_change(lambda _: _last_calls.clear())
 
 
-def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *,
+def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
                    counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
                    options: Mapping[str, Any] | None = None) -> None:
     """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a repeat
@@ -313,8 +313,7 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: An
     """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
     (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
     own block from its place in ``recvbuf``)."""
-    run_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
-         options=options)
+    run_collective("allgather", comm, sendbuf, recvbuf, recvcounts, None, 0, algorithm, options)
 
 
 def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
@@ -348,7 +347,7 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
 def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
              options: Mapping[str, Any] | None = None) -> None:
     """Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."""
-    run_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    run_collective("alltoall", comm, sendbuf, recvbuf, None, None, 0, algorithm, options)
 
 
 def alltoallv(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
@@ -364,15 +363,15 @@ def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcount
                    options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
     blocks of ``recvbuf.size``, or ``recvcounts``)."""
-    run_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-         algorithm=algorithm, options=options)
+    run_collective("reduce_scatter", comm, sendbuf, recvbuf, recvcounts, op, 0, algorithm,
+                   options)
 
 
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM,
               algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
     (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
-    run_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm, options=options)
+    run_collective("allreduce", comm, sendbuf, recvbuf, None, op, 0, algorithm, options)
 
 
 def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",

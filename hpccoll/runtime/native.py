@@ -17,11 +17,13 @@ polls never returns to Python before it is done.
 A call's constants (counts, the functions' addresses, tags) and its scratch (the request,
 flags, a status) live in one int64 array made once per validated call, its handles in an
 array as wide as the library's handles; the compiled function also checks the buffers
-against the validated call (dtype, size, C layout, writability, no overlap), so that a
-repeated call needs no validation in Python (:class:`NativeCall` reports a mismatch and the
-caller validates from scratch).  The functions are called through their addresses read at
-run time (:func:`_c_int`, :func:`_c_double`), so the compiled code holds no address of this
-process and Numba caches it on disk, per dtype and handle width, as the other kernels.
+against the validated call (size, C layout, writability, no overlap; the caller checks the
+dtype, which selects the compiled code), so that a repeated call needs no other validation
+in Python (:class:`NativeCall` reports a mismatch and the caller validates from scratch).
+The functions are called through their addresses read at run time (:func:`_c_int`,
+:func:`_c_double`), so the compiled code holds no address of this process and Numba caches
+it on disk, per dtype and handle width, as the other kernels; a dtype's first call in a
+fresh cache compiles for about a second.
 """
 
 from __future__ import annotations
@@ -43,13 +45,19 @@ KINDS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "reduce_scatter": 3}
 FUNCTIONS = ("MPI_Iallreduce", "MPI_Iallgather", "MPI_Ialltoall", "MPI_Ireduce_scatter_block",
              "MPI_Test", "MPI_Iprobe", "MPI_Wtime")
 # the state array: constants, then scratch; the status gets room for any MPI_Status
-(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, SEND_N, RECV_N, DTYPE, NOTICE_TAG, ANY_SOURCE,
- IN_PLACE, POLLS, FUNCTION) = range(14)
+(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, SEND_N, RECV_N, NOTICE_TAG, ANY_SOURCE,
+ IN_PLACE, POLLS, FUNCTION) = range(13)
 STATUS = FUNCTION + len(FUNCTIONS)
 STATE_WORDS = STATUS + 16
 DATATYPE, OP, COMM = range(3)       # the handles array
 # what the compiled function returns
 DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
+
+
+def runs(collective: str, dtype: np.dtype) -> bool:
+    """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
+    on the CPU) with this MPI library (:func:`available`)."""
+    return collective in KINDS and np.dtype(dtype) != np.float16 and available()
 
 
 @lru_cache(maxsize=1)
@@ -86,18 +94,17 @@ def _handle(obj: Any) -> int:
 
 class NativeCall:
     """A validated blocking call of the library's own collective on the compiled executor:
-    :meth:`run` on its buffers (None for ``send`` when in place)."""
+    :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype."""
 
     def __init__(self, collective: str, label: str, comm: MPI.Comm, guard: Any,
-                 count: int, send_n: int | None, recv_n: int, dtype: np.dtype,
-                 datatype: MPI.Datatype, op: MPI.Op | None, notice_tag: int):
+                 count: int, send_n: int | None, recv_n: int, datatype: MPI.Datatype,
+                 op: MPI.Op | None, notice_tag: int):
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:FUNCTION + len(FUNCTIONS)] = _addresses()
         state[KIND], state[COUNT], state[RECV_N] = KINDS[collective], count, recv_n
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
-        state[DTYPE] = np.dtype(dtype).num
         self.handles = np.array([_handle(datatype), 0 if op is None else _handle(op),
                                  _handle(comm)], f"i{MPI._sizeof(MPI.Comm)}")
         state[NOTICE_TAG], state[ANY_SOURCE] = notice_tag, MPI.ANY_SOURCE
@@ -105,8 +112,8 @@ class NativeCall:
         self.start = _compiled()
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
-        """Run the call on these buffers; False (nothing sent) if they are not of the
-        validated dtype, size, layout and writability, or overlap.  Raises as the other
+        """Run the call on these buffers (of the validated dtype); False (nothing sent) if
+        they are not of the validated size, layout and writability, or overlap.  Raises as the other
         executor does: an MPI error of the start, or (the communicator revoked) an MPI
         error, CollectiveTimeout or another rank's CommunicatorRevoked while waiting."""
         state = self.state
@@ -139,11 +146,13 @@ class NativeCall:
         return value & (1 << 64) - 1
 
 
-def executor(collective: str) -> str:
-    """Which executor runs a blocking call of ``collective`` with the native algorithm on
-    host memory (what ``hpccoll explain`` says)."""
+def executor(collective: str, dtype: np.dtype) -> str:
+    """Which executor runs a blocking call of ``collective`` on ``dtype`` with the native
+    algorithm on host memory (what ``hpccoll explain`` says)."""
     if collective not in KINDS:
         return f"mpi4py's non-blocking {collective} (the compiled executor does not post it)"
+    if dtype == np.float16:
+        return "mpi4py's non-blocking collective (the compiled executor takes no float16)"
     if not available():
         return ("mpi4py's non-blocking collective (the compiled executor does not know this "
                 f"MPI library: {MPI.get_vendor()[0]})")
@@ -163,9 +172,9 @@ def _c_double(address: int) -> float:
     raise NotImplementedError("compiled code only")
 
 
-def _dtype_number(array: Any, write: bool) -> int:
-    """In compiled code: NumPy's number of ``array``'s dtype, -1 if it is not C-contiguous
-    or (``write``) is read-only -- what validation rejects."""
+def _plain(array: Any, write: bool) -> bool:
+    """In compiled code: whether ``array`` is C-contiguous and (``write``) writable, as
+    validation requires."""
     raise NotImplementedError("compiled code only")
 
 
@@ -177,7 +186,6 @@ def _compiled() -> Any:
     from numba import njit, types
     from numba.core.errors import TypingError
     from numba.extending import intrinsic, overload
-    from numba.np.numpy_support import as_dtype
 
     @intrinsic
     def c_int(typingctx, address, arguments):
@@ -205,23 +213,22 @@ def _compiled() -> Any:
     def _typed_c_double(address):
         return lambda address: c_double(address)
 
-    @overload(_dtype_number, prefer_literal=True)
-    def _typed_dtype_number(array, write):
+    @overload(_plain, prefer_literal=True)
+    def _typed_plain(array, write):
         if not isinstance(array, types.Array) or not isinstance(write, types.BooleanLiteral):
-            raise TypingError("_dtype_number takes an array and a constant")
-        ok = array.layout == "C" and (array.mutable or not write.literal_value)
-        number = as_dtype(array.dtype).num if ok else -1
-        return lambda array, write: number
+            raise TypingError("_plain takes an array and a constant")
+        plain = array.layout == "C" and (array.mutable or not write.literal_value)
+        return lambda array, write: plain
 
     @njit(cache=True)
     def start(send, recv, state, handles):
         recv_n, itemsize = recv.size, recv.itemsize
-        if _dtype_number(recv, True) != state[DTYPE] or recv_n != state[RECV_N]:
+        if not _plain(recv, True) or recv_n != state[RECV_N]:
             return MISMATCH
         send_at, recv_at = np.int64(send.ctypes.data), np.int64(recv.ctypes.data)
         if state[IN_PLACE] != 0:
             send_at = state[IN_PLACE]
-        elif _dtype_number(send, False) != state[DTYPE] or send.size != state[SEND_N] or \
+        elif not _plain(send, False) or send.size != state[SEND_N] or \
                 send.size and recv_n and send_at < recv_at + recv_n * itemsize and \
                 recv_at < send_at + send.size * itemsize:
             return MISMATCH

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
           f"({decision.source}: {decision.reason})")
     if decision.algorithm == registry.NATIVE:     # the MPI library decides: loads mpi4py.MPI
         from ..runtime import native
-        print(f"executor: {native.executor(args.collective)}")
+        print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")
     else:
         print("executor: hpccoll's schedule executor")
     machine = costmodel.machine_for(call)

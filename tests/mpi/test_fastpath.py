@@ -122,6 +122,11 @@ def test_repeats_give_right_results_whatever_changes(mpi_ranks, comm):
         recv = np.empty(recv_size(collective, p, 4), np.float64)
         for algorithm in ("native", other, "auto", other, "native", "native"):
             check(collective, send, recv, 4, "float64", "sum", algorithm)
+        for dtype in ("float16", "complex64", "uint8", "int16"):   # float16: through mpi4py
+            send = np.empty(send_size(collective, p, 2), dtype)
+            recv = np.empty(recv_size(collective, p, 2), dtype)
+            for _ in range(2):
+                check(collective, send, recv, 2, dtype, "sum", "native")
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
