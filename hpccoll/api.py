@@ -233,28 +233,12 @@ class LastCall:
             return None
         return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
 
-    def run(self, comm: Any, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, root: Any,
-            algorithm: str, options: Any) -> bool:
-        """Run the call if it repeats this one; False (nothing done) if it does not."""
-        if comm is not self.comm or op is not self.op or algorithm != self.algorithm or \
-                root != self.root or counts is not None or options is not None or \
-                type(recvbuf) is not np.ndarray or self.ctx.revoked is not None or \
-                self.prepared not in self.calls:
+    def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
+        validated; False (nothing done) if not."""
+        if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return False
-        dtype = self.dtype
-        if recvbuf.dtype is not dtype:
-            return False
-        if self.in_place:
-            if sendbuf is not MPI.IN_PLACE:
-                return False
-            sendbuf = None
-        elif type(sendbuf) is not np.ndarray or sendbuf.dtype is not dtype:
-            return False
-        if self.compiled is not None:
-            return self.compiled.run(sendbuf, recvbuf)
-        if not self.alike(sendbuf, self.send_n) or not self.alike(recvbuf, self.recv_n, True):
-            return False
-        self.prepared.start(sendbuf, recvbuf).wait()
+        self.prepared.start(send, recv).wait()
         return True
 
     @staticmethod
@@ -267,6 +251,7 @@ class LastCall:
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+_NDARRAY, _IN_PLACE = np.ndarray, MPI.IN_PLACE  # (read on every call)
 settings.on_change(lambda _: _last_calls.clear())
 
 
@@ -274,11 +259,26 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
                    counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
                    options: Mapping[str, Any] | None = None) -> None:
     """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a repeat
-    of the last one served at once (:class:`LastCall`), any other validated and prepared."""
+    of the last one served at once (:class:`LastCall`; its checks inline, where every
+    function call counts), any other validated and prepared."""
     last = _last_calls.get(collective)
-    if last is not None and last.run(comm, sendbuf, recvbuf, counts, op, root, algorithm,
-                                     options):
-        return
+    if last is not None and comm is last.comm and op is last.op and \
+            algorithm == last.algorithm and root == last.root and counts is None and \
+            options is None and type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype and \
+            last.ctx.revoked is None and last.prepared in last.calls:
+        if last.in_place:
+            repeat, send = sendbuf is _IN_PLACE, None
+        else:
+            repeat = type(sendbuf) is _NDARRAY and sendbuf.dtype is last.dtype
+            send = sendbuf
+        compiled = last.compiled
+        if repeat and compiled is not None:
+            code = compiled.start(recvbuf if send is None else send, recvbuf, compiled.state,
+                                  compiled.handles)
+            if code == native.DONE or compiled.finish(code, send, recvbuf):
+                return
+        elif repeat and last.run(send, recvbuf):
+            return
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                    root=root, algorithm=algorithm, options=options)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,

@@ -113,15 +113,21 @@ class NativeCall:
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the call on these buffers (of the validated dtype); False (nothing sent) if
-        they are not of the validated size, layout and writability, or overlap.  Raises as the other
-        executor does: an MPI error of the start, or (the communicator revoked) an MPI
-        error, CollectiveTimeout or another rank's CommunicatorRevoked while waiting."""
-        state = self.state
-        code = self.start(recv if send is None else send, recv, state, self.handles)
+        they are not of the validated size, layout and writability, or overlap.  Raises as
+        the other executor does: an MPI error of the start, or (the communicator revoked) an
+        MPI error, CollectiveTimeout or another rank's CommunicatorRevoked while waiting.
+        (``self.start(send or recv, recv, self.state, self.handles)`` followed by
+        :meth:`finish` unless it returned :data:`DONE` is the same, one call less.)"""
+        return self.finish(self.start(recv if send is None else send, recv, self.state,
+                                      self.handles), send, recv)
+
+    def finish(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """:meth:`run` after the compiled function returned ``code``."""
         if code == DONE:
             return True
         if code == MISMATCH:
             return False
+        state = self.state
         if code == START_FAILED:
             raise MPI.Exception(int(state[ERROR]))
         if code == NOTICE:
