@@ -8,7 +8,7 @@ mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whet
 library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
 as the runtime's wait spins before it yields the core (:mod:`.progress`).  Completed, it
 probes for a revocation notice as :meth:`~hpccoll.context.Context.check_notices` does.  Not
-complete by then, it hands the request over: :meth:`NativeCall.run` waits for it exactly as
+complete by then, it hands the request over: :meth:`NativeCall.finish` waits for it exactly as
 every other wait of hpccoll does (:func:`~.progress.wait_requests`: the deadline counted from
 the call's start, revocation notices, the memory left to :mod:`.abandoned` on failure), so
 the failure model is the same on both executors; only a call that completes within those
