@@ -151,7 +151,7 @@ def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     if op is not None and not op.is_predefined:
         return None
     send_n, recv_n = args.spec.sizes(call)
-    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0],
+    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0], call.p,
                       None if call.in_place else send_n, recv_n,
                       buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
 

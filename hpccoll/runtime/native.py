@@ -2,7 +2,8 @@
 ``algorithm="native"`` (and of ``auto`` where it resolves to native) for blocking calls.
 
 One Numba-compiled function (:func:`_compiled`) posts the library's non-blocking collective
-(``MPI_Iallreduce``, ``MPI_Iallgather``, ``MPI_Ialltoall``, ``MPI_Ireduce_scatter_block``)
+(``MPI_Iallreduce``, ``MPI_Iallgather``, ``MPI_Ialltoall``, ``MPI_Ireduce_scatter`` -- the
+calls mpi4py's native path makes, so that the library runs the same algorithms)
 through function pointers to the symbols of the library mpi4py loaded, with the handles
 mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whether the
 library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
@@ -42,11 +43,11 @@ from . import abandoned, progress
 # the calls this executor runs: collective name -> code in the state array
 KINDS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "reduce_scatter": 3}
 # the library functions called, in the order of their addresses in the state array
-FUNCTIONS = ("MPI_Iallreduce", "MPI_Iallgather", "MPI_Ialltoall", "MPI_Ireduce_scatter_block",
+FUNCTIONS = ("MPI_Iallreduce", "MPI_Iallgather", "MPI_Ialltoall", "MPI_Ireduce_scatter",
              "MPI_Test", "MPI_Iprobe", "MPI_Wtime")
 # the state array: constants, then scratch; the status gets room for any MPI_Status
-(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, SEND_N, RECV_N, NOTICE_TAG, ANY_SOURCE,
- IN_PLACE, POLLS, FUNCTION) = range(13)
+(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, COUNTS, SEND_N, RECV_N, NOTICE_TAG, ANY_SOURCE,
+ IN_PLACE, POLLS, FUNCTION) = range(14)
 STATUS = FUNCTION + len(FUNCTIONS)
 STATE_WORDS = STATUS + 16
 DATATYPE, OP, COMM = range(3)       # the handles array
@@ -97,12 +98,14 @@ class NativeCall:
     :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype."""
 
     def __init__(self, collective: str, label: str, comm: MPI.Comm, guard: Any,
-                 count: int, send_n: int | None, recv_n: int, datatype: MPI.Datatype,
-                 op: MPI.Op | None, notice_tag: int):
+                 count: int, p: int, send_n: int | None, recv_n: int,
+                 datatype: MPI.Datatype, op: MPI.Op | None, notice_tag: int):
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:FUNCTION + len(FUNCTIONS)] = _addresses()
         state[KIND], state[COUNT], state[RECV_N] = KINDS[collective], count, recv_n
+        self.counts = np.full(p, count, np.intc)        # reduce_scatter's recvcounts
+        state[COUNTS] = self.counts.ctypes.data
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
         self.handles = np.array([_handle(datatype), 0 if op is None else _handle(op),
@@ -244,9 +247,12 @@ def _compiled() -> Any:
         state[STARTED] = np.int64(_c_double(function[6]) * 1e9)
         kind, count = state[KIND], np.int32(state[COUNT])
         datatype, op, comm = handles[DATATYPE], handles[OP], handles[COMM]
-        if kind == 0 or kind == 3:
+        if kind == 0:
             error = _c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
                                             request))
+        elif kind == 3:
+            error = _c_int(function[kind], (send_at, recv_at, state[COUNTS], datatype, op,
+                                            comm, request))
         else:
             error = _c_int(function[kind], (send_at, count, datatype, recv_at, count,
                                             datatype, comm, request))
