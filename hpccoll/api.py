@@ -22,8 +22,9 @@ from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf,
 from .collectives import nonblocking
 from .context import Context, context, existing_context
 from .requests import NativeOperation, PersistentRequest, Request
-from .runtime import buffers, device, kernels
+from .runtime import buffers, device, kernels, native
 from .runtime.executor import Operation, Plan
+from .runtime.native import NativeCall
 from .schedule import offsets
 
 class Prepared:
@@ -47,8 +48,11 @@ class Prepared:
         self.label = f"{args.collective}/{algorithm}"
         self.shift = identity(args, algorithm) % ctx.tag_span
         self.blocking_tags = (*ctx.blocking_tags, self.shift)
+        self.compiled: NativeCall | None = None      # the compiled executor, where it runs
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
+            if memory_kind == buffers.HOST:
+                self.compiled = _native_call(args, ctx, self.label)
         else:
             key = (args.collective, algorithm, args.call, args.dtype)
             planner = registry.get(args.collective, algorithm).planner
@@ -136,6 +140,22 @@ def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.
     return lambda send, recv: method(*arguments(send, recv))
 
 
+def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
+    """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
+    one: an MPI library it recognises, a collective and dtype it takes, equal blocks and an
+    op the library predefines; None otherwise."""
+    call = args.call
+    if len(set(call.counts)) > 1 or not native.runs(args.collective, args.dtype):
+        return None
+    op = buffers.native_op(args.op, args.dtype) if args.op else None
+    if op is not None and not op.is_predefined:
+        return None
+    send_n, recv_n = args.spec.sizes(call)
+    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0], call.p,
+                      None if call.in_place else send_n, recv_n,
+                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
+
+
 def _nothing() -> None:
     pass
 
@@ -177,9 +197,100 @@ def _array(buf: Any) -> Any:
     return buf if buf is None or isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
 
 
-def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any) -> None:
-    """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s)."""
-    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+class LastCall:
+    """A collective's last blocking call, served again without validation when it repeats.
+
+    A repeat is the same communicator, op, root and algorithm (the same objects, or equal
+    ints and names), no counts or options, and NumPy arrays -- any arrays: what the prepared
+    call depends on is checked on the arrays at each call (dtype; size, C layout, writability
+    and overlap, by the compiled executor itself where it runs), and their addresses are
+    read anew, so a buffer freed and its memory reused, or an array resized in place, is
+    still served right or validated afresh.  The prepared call stays valid while its context
+    keeps it in its validated calls (listed there under itself): a context freed, recovered
+    or given another topology drops them; on a revoked one the validating path raises.
+    Check mode (``HPCCOLL_CHECK``) validates and agrees on every call: the last calls are
+    forgotten whenever the settings change, and not remembered in check mode."""
+
+    __slots__ = ("comm", "in_place", "op", "root", "algorithm", "prepared", "ctx", "calls",
+                 "compiled", "send_n", "recv_n", "dtype")
+
+    def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
+                 algorithm: str, send: Any, recv: Any):
+        self.comm, self.in_place, self.op, self.root = comm, sendbuf is MPI.IN_PLACE, op, root
+        self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
+        self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
+        self.send_n = None if send is None else send.size
+        self.recv_n, self.dtype = recv.size, recv.dtype
+        prepared.ctx.remember(prepared, prepared)
+
+    @staticmethod
+    def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
+           counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
+        """The last call to remember for this one, if it can repeat (NumPy arrays on the
+        host, no counts or options, every rank receiving, not in check mode)."""
+        if counts is not None or options is not None or prepared.ignores_recv or \
+                not isinstance(comm, MPI.Comm) or type(recvbuf) is not np.ndarray or \
+                not (sendbuf is MPI.IN_PLACE or type(sendbuf) is np.ndarray) or \
+                prepared.on_device or settings.current.check:
+            return None
+        return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
+
+    def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
+        validated; False (nothing done) if not."""
+        if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
+            return False
+        self.prepared.start(send, recv).wait()
+        return True
+
+    @staticmethod
+    def alike(array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
+        """Whether ``array`` is as validated: size, C layout (and writable)."""
+        if array is None:
+            return True
+        flags = array.flags
+        return array.size == size and flags.c_contiguous and (flags.writeable or not write)
+
+
+_last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+_NDARRAY, _IN_PLACE = np.ndarray, MPI.IN_PLACE  # (read on every call)
+settings.on_change(lambda _: _last_calls.clear())
+
+
+def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
+                   counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
+                   options: Mapping[str, Any] | None = None) -> None:
+    """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a repeat
+    of the last one served at once (:class:`LastCall`; its checks inline, where every
+    function call counts), any other validated and prepared."""
+    last = _last_calls.get(collective)
+    if last is not None and comm is last.comm and op is last.op and \
+            algorithm == last.algorithm and root == last.root and counts is None and \
+            options is None and type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype and \
+            last.ctx.revoked is None and last.prepared in last.calls:
+        if last.in_place:
+            repeat, send = sendbuf is _IN_PLACE, None
+        else:
+            repeat = type(sendbuf) is _NDARRAY and sendbuf.dtype is last.dtype
+            send = sendbuf
+        compiled = last.compiled
+        if repeat and compiled is not None:
+            code = compiled.start(recvbuf if send is None else send, recvbuf, compiled.state,
+                                  compiled.handles)
+            if code == native.DONE or compiled.finish(code, send, recvbuf):
+                return
+        elif repeat and last.run(send, recvbuf):
+            return
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
+                                   root=root, algorithm=algorithm, options=options)
+    last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
+                       algorithm, options)
+    if last is not None:
+        _last_calls[collective] = last
+    if prepared.compiled is not None and not settings.current.check:
+        prepared.ctx.check()
+        if prepared.compiled.run(send, recv):
+            return
     prepared.start(send, recv).wait()
 
 
@@ -204,8 +315,7 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: An
     """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
     (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
     own block from its place in ``recvbuf``)."""
-    run_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
-         options=options)
+    run_collective("allgather", comm, sendbuf, recvbuf, recvcounts, None, 0, algorithm, options)
 
 
 def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
@@ -240,7 +350,7 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
 def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
              options: Mapping[str, Any] | None = None) -> None:
     """Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."""
-    run_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+    run_collective("alltoall", comm, sendbuf, recvbuf, None, None, 0, algorithm, options)
 
 
 def alltoallv(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
@@ -256,15 +366,15 @@ def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcount
                    options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
     blocks of ``recvbuf.size``, or ``recvcounts``)."""
-    run_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-         algorithm=algorithm, options=options)
+    run_collective("reduce_scatter", comm, sendbuf, recvbuf, recvcounts, op, 0, algorithm,
+                   options)
 
 
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM,
               algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
     """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
     (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
-    run_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm, options=options)
+    run_collective("allreduce", comm, sendbuf, recvbuf, None, op, 0, algorithm, options)
 
 
 def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",

@@ -67,6 +67,11 @@ def note_ranks_per_host(ranks: int) -> None:
     _idle_polls = POLLS_BEFORE_YIELD[ranks > (os.cpu_count() or 1)]
 
 
+def idle_polls() -> int:
+    """How many idle polls a wait makes before it yields the core."""
+    return _idle_polls
+
+
 def deadline_from(start: float) -> float | None:
     """The monotonic time at which work begun at ``start`` times out (None: never)."""
     limit = settings.current.timeout

@@ -39,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     decision = tuning.decide(call, nbytes)
     print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
           f"({decision.source}: {decision.reason})")
+    if decision.algorithm == registry.NATIVE:     # the MPI library decides: loads mpi4py.MPI
+        from ..runtime import native
+        print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")
+    else:
+        print("executor: hpccoll's schedule executor")
     machine = costmodel.machine_for(call)
     print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):

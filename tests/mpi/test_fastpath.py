@@ -1,0 +1,272 @@
+"""The fast path of repeated blocking calls and the compiled executor of native calls.
+
+A repeat of a collective's last blocking call skips validation (hpccoll.api.LastCall) and,
+where the algorithm is native, runs on the compiled executor (hpccoll.runtime.native).  Each
+case here changes something between repeats -- the data, the arrays, their memory (freed and
+reallocated, resized in place), dtype, op, algorithm, IN_PLACE -- and checks the result
+against NumPy on every rank's inputs; bad buffers on a repeat raise as on a first call; and
+the failure model holds on the compiled executor: deadline, revocation, held memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+COLLECTIVES = ("allreduce", "allgather", "alltoall", "reduce_scatter")
+
+
+def inputs(p: int, n: int, dtype: str, seed: int) -> list[np.ndarray]:
+    """Every rank's send buffer (small integers: every reduction order is exact)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 5, n).astype(dtype) for _ in range(p)]
+
+
+def expected(collective: str, xs: list[np.ndarray], rank: int, op: str) -> np.ndarray:
+    """The result NumPy computes from every rank's input."""
+    p = len(xs)
+    if collective == "allgather":
+        return np.concatenate(xs)
+    if collective == "alltoall":
+        n = xs[0].size // p
+        return np.concatenate([x[rank * n:(rank + 1) * n] for x in xs])
+    total = np.max(xs, axis=0) if op == "max" else np.sum(xs, axis=0, dtype=xs[0].dtype)
+    if collective == "reduce_scatter":
+        n = xs[0].size // p
+        return total[rank * n:(rank + 1) * n]
+    return total
+
+
+def send_size(collective: str, p: int, n: int) -> int:
+    return n if collective in ("allreduce", "allgather") else n * p
+
+
+def recv_size(collective: str, p: int, n: int) -> int:
+    return {"allreduce": n, "allgather": n * p, "alltoall": n * p, "reduce_scatter": n}[
+        collective]
+
+
+def call(hpccoll, comm, collective, send, recv, op, algorithm):
+    from mpi4py import MPI
+    if collective in ("allreduce", "reduce_scatter"):
+        getattr(hpccoll, collective)(comm, send, recv, op=getattr(MPI, op.upper()),
+                                     algorithm=algorithm)
+    else:
+        getattr(hpccoll, collective)(comm, send, recv, algorithm=algorithm)
+
+
+def scheduled(collective: str, p: int) -> str:
+    """A scheduled algorithm that applies at ``p`` ranks."""
+    from hpccoll import registry
+    from hpccoll.collectives import uniform_call
+    plain = uniform_call(collective, p, 0, 1)
+    return next(a.name for a in registry.algorithms(collective) if a.name != "csc" and
+                a.violated(plain) is None)
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_repeats_give_right_results_whatever_changes(mpi_ranks, comm):
+    """For each collective and algorithm (native, auto, a scheduled one): repeats on the same
+    arrays with new data, on new arrays, on a freed and reallocated array, on arrays resized
+    in place (native: larger, then back to the old size at another address), with the dtype
+    changed in place, another op, and alternating algorithms -- each result equal to
+    NumPy's."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import native
+    p, r = comm.size, comm.rank
+    seed = iter(range(10_000))
+
+    def check(collective, send, recv, n, dtype, op, algorithm):
+        xs = inputs(p, send_size(collective, p, n), dtype, next(seed))
+        send[...] = xs[r]
+        recv[...] = 99
+        call(hpccoll, comm, collective, send, recv, op, algorithm)
+        want = expected(collective, xs, r, op)
+        assert recv.dtype == want.dtype and np.array_equal(recv, want), \
+            (collective, algorithm, dtype, op, n, recv, want)
+
+    for collective in COLLECTIVES:
+        ops = ("sum", "max") if collective in ("allreduce", "reduce_scatter") else ("sum",)
+        for algorithm in ("native", "auto", scheduled(collective, p)):
+            n = 3
+            send = np.empty(send_size(collective, p, n), np.float32)
+            recv = np.empty(recv_size(collective, p, n), np.float32)
+            for op in ops:
+                for _ in range(3):                              # the same arrays, new data
+                    check(collective, send, recv, n, "float32", op, algorithm)
+            if algorithm == "native" and native.available():
+                assert api._last_calls[collective].prepared.compiled is not None
+            for _ in range(2):                                  # new arrays every call
+                send = np.empty_like(send)
+                recv = np.empty_like(recv)
+                check(collective, send, recv, n, "float32", "sum", algorithm)
+            del recv                                            # freed, then reallocated
+            gc.collect()
+            recv = np.empty(recv_size(collective, p, n), np.float32)
+            check(collective, send, recv, n, "float32", "sum", algorithm)
+            for m in (5, n) if algorithm == "native" else ():   # resized in place (NumPy
+                send.resize(send_size(collective, p, m), refcheck=False)  # refuses while a
+                recv.resize(recv_size(collective, p, m), refcheck=False)  # plan binds them)
+                check(collective, send, recv, m, "float32", "sum", algorithm)
+            send.dtype, recv.dtype = np.int32, np.int32         # same memory, another dtype
+            check(collective, send, recv, n, "int32", "sum", algorithm)
+            send.dtype, recv.dtype = np.float32, np.float32
+            check(collective, send, recv, n, "float32", "sum", algorithm)
+        other = scheduled(collective, p)
+        send = np.empty(send_size(collective, p, 4), np.float64)
+        recv = np.empty(recv_size(collective, p, 4), np.float64)
+        for algorithm in ("native", other, "auto", other, "native", "native"):
+            check(collective, send, recv, 4, "float64", "sum", algorithm)
+        for dtype in ("float16", "complex64", "uint8", "int16"):   # float16: through mpi4py
+            send = np.empty(send_size(collective, p, 2), dtype)
+            recv = np.empty(recv_size(collective, p, 2), dtype)
+            for _ in range(2):
+                check(collective, send, recv, 2, dtype, "sum", "native")
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_in_place_repeats(mpi_ranks, comm):
+    """allreduce and allgather with MPI.IN_PLACE, repeated and alternating with calls that
+    are not in place on the same arrays: each result equal to NumPy's."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    for algorithm in ("native", "auto", "ring"):
+        n = 5
+        buf = np.empty(n, np.int64)
+        gathered = np.empty(n * p, np.int64)
+        other = np.empty(n, np.int64)
+        for k in range(6):
+            xs = inputs(p, n, "int64", 100 * k)
+            if k % 3 < 2:
+                buf[:] = xs[r]
+                hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm=algorithm)
+                assert np.array_equal(buf, np.sum(xs, axis=0)), (algorithm, k)
+                gathered[:] = -1
+                gathered[r * n:(r + 1) * n] = xs[r]
+                hpccoll.allgather(comm, MPI.IN_PLACE, gathered, algorithm=algorithm)
+                assert np.array_equal(gathered, np.concatenate(xs)), (algorithm, k)
+            else:
+                other[:] = xs[r]
+                hpccoll.allreduce(comm, other, buf, algorithm=algorithm)
+                assert np.array_equal(buf, np.sum(xs, axis=0)), (algorithm, k)
+                hpccoll.allgather(comm, other, gathered, algorithm=algorithm)
+                assert np.array_equal(gathered, np.concatenate(xs)), (algorithm, k)
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_bad_buffers_on_a_repeat_raise_before_sending(mpi_ranks, comm):
+    """After a call has been made (the fast path armed), a repeat with a read-only, too
+    small, overlapping, strided or other-dtype buffer raises the validation error on every
+    rank, and the next good call returns the right result."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    for algorithm in ("native", "ring"):
+        x = np.full(4, r + 1.0)
+        y = np.zeros(4)
+        hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+        read_only = np.zeros(4)
+        read_only.flags.writeable = False
+        big = np.zeros(8)
+        cases = [
+            ("read-only recvbuf", ValueError, lambda: hpccoll.allreduce(
+                comm, x, read_only, algorithm=algorithm)),
+            ("recvbuf too small", ValueError, lambda: hpccoll.allreduce(
+                comm, x, y[:3], algorithm=algorithm)),
+            ("the same array twice", ValueError, lambda: hpccoll.allreduce(
+                comm, y, y, algorithm=algorithm)),
+            ("overlapping views", ValueError, lambda: hpccoll.allreduce(
+                comm, big[:4], big[2:6], algorithm=algorithm)),
+            ("strided recvbuf", ValueError, lambda: hpccoll.allreduce(
+                comm, x, big[::2], algorithm=algorithm)),
+            ("dtypes differ", TypeError, lambda: hpccoll.allreduce(
+                comm, x, y.astype(np.float32), algorithm=algorithm)),
+        ]
+        for name, error, bad in cases:
+            with pytest.raises(error):
+                bad()
+            y[:] = -1
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            assert np.all(y == p * (p + 1) / 2), (algorithm, name, y)
+        y[:] = x
+        hpccoll.allreduce(comm, MPI.IN_PLACE, y, algorithm=algorithm)
+        assert np.all(y == p * (p + 1) / 2), (algorithm, "in place")
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_failure_model_on_the_compiled_executor(mpi_ranks, comm):
+    """On native repeats (the compiled executor): a late peer within the deadline gives the
+    right result; the last rank skipping a call makes the others raise CollectiveTimeout (or
+    CommunicatorRevoked from a peer's notice), the receive buffer held while MPI may write
+    it, every later call raises CommunicatorRevoked, and after recover() the right sums."""
+    import hpccoll
+    from hpccoll.runtime import abandoned
+    p, r = comm.size, comm.rank
+    right = p * (p + 1) / 2
+    x = np.full(2, r + 1.0)
+    y = np.zeros(2)
+    hpccoll.allreduce(comm, x, y, algorithm="native")
+    previous = hpccoll.configure(timeout=1)
+    try:
+        for _ in range(3):
+            if r == p - 1:
+                time.sleep(0.3)                         # late, within the deadline
+            y[:] = -1
+            hpccoll.allreduce(comm, x, y, algorithm="native")
+            assert np.all(y == right)
+        if r == p - 1:
+            time.sleep(1.5)                             # skips the call
+        else:
+            with pytest.raises((hpccoll.CollectiveTimeout, hpccoll.CommunicatorRevoked)) as error:
+                hpccoll.allreduce(comm, x, y, algorithm="native")
+            if isinstance(error.value, hpccoll.CollectiveTimeout):
+                assert "allreduce/native" in str(error.value)
+                kept = weakref.ref(y)
+                y = np.zeros(2)
+                gc.collect()
+                assert kept() is not None and "allreduce/native" in abandoned.held()
+            with pytest.raises(hpccoll.CommunicatorRevoked, match="recover"):
+                hpccoll.allreduce(comm, x, y, algorithm="native")
+        hpccoll.recover(comm)
+        for k in (1.0, 2.0):
+            x[:] = k * (r + 1)
+            y[:] = -1
+            hpccoll.allreduce(comm, x, y, algorithm="native")
+            assert np.all(y == k * right), (k, y)
+    finally:
+        hpccoll.configure(**vars(previous))
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_revocation_notice_reaches_a_compiled_wait(mpi_ranks, comm):
+    """Rank 0 revokes (its scheduled call times out while rank 1 waits in a native repeat
+    that rank 0 never joins): rank 1's native call raises CommunicatorRevoked naming rank 0's
+    failure, long before its own deadline."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    x = np.full(2, r + 1.0)
+    y = np.zeros(2)
+    hpccoll.allreduce(comm, x, y, algorithm="native")
+    hpccoll.allreduce(comm, x, y, algorithm="ring")
+    previous = hpccoll.configure(timeout=30 if r else 0.5)
+    try:
+        began = time.monotonic()
+        if r == 0:
+            with pytest.raises(hpccoll.CollectiveTimeout):
+                hpccoll.allgather(comm, x, np.zeros(2 * p), algorithm="ring")
+        else:
+            with pytest.raises(hpccoll.CommunicatorRevoked, match="revoked by rank 0"):
+                hpccoll.allreduce(comm, x, y, algorithm="native")
+            assert time.monotonic() - began < 20
+        comm.Barrier()
+        hpccoll.recover(comm)
+        hpccoll.allreduce(comm, x, y, algorithm="native")
+        assert np.all(y == 3.0)
+    finally:
+        hpccoll.configure(**vars(previous))
