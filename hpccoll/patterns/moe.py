@@ -39,7 +39,9 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..context import check_comm, context
 from ..runtime.agreement import ERROR_TYPES
+from ..runtime.progress import wait_requests
 from .sharding import split_counts
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -273,7 +275,9 @@ def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray
                      ) -> tuple[np.ndarray, int]:
     """Send every rank its experts' row counts behind ``status`` = (error type index, the
     :func:`_alike` checksum, slots dropped here) and receive the same from every rank, with
-    the MPI library's Alltoallv (so that ranks passing different algorithms still meet).
+    the MPI library's Ialltoallv on hpccoll's private duplicate of ``comm`` (so that ranks
+    passing different algorithms still meet) under the deadline: CollectiveTimeout, not a
+    hang, when a rank never comes.
     Raise on every rank if any rank's arguments were wrong (the first failed rank's error
     type) or ranks passed differently what they must pass alike; else return the rows per
     (source rank, own expert) and the slots dropped on all ranks."""
@@ -281,8 +285,12 @@ def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray
     starts = np.cumsum(per_rank) - per_rank
     send = np.insert(kept, np.repeat(starts, len(status)), np.tile(status, ranks))
     recv = np.empty((ranks, len(status) + held), np.int64)
-    comm.Alltoallv([send, per_rank + len(status)],
-                   [recv.reshape(-1), np.full(ranks, len(status) + held)])
+    check_comm(comm)
+    ctx = context(comm)
+    sendcounts, recvcounts = per_rank + len(status), np.full(ranks, len(status) + held)
+    request = ctx.comm.Ialltoallv([send, sendcounts], [recv.reshape(-1), recvcounts])
+    wait_requests([request], "moe.dispatch: the row counts",
+                  memory=(send, recv, sendcounts, recvcounts), guard=ctx)
     if error is not None:
         raise type(error)(f"moe.dispatch failed on rank {comm.Get_rank()}: {error}") \
             from error
@@ -309,7 +317,7 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     each token's k experts and router weights; ``owner[e]``: the rank of expert e (default:
     the experts split contiguously, :func:`default_owner`); ``capacity_factor``: drop slots
     past each expert's capacity (module docstring); ``algorithm``: the ``hpccoll.alltoallv``
-    algorithm of the row exchanges (the counts go by the MPI library's Alltoallv).
+    algorithm of the row exchanges (the counts go by the MPI library's Ialltoallv).
     Collective over ``comm``.
 
     Returns ``(tokens, token_experts, handle)``: tokens (R, H) every row this rank's experts

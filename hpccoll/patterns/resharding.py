@@ -16,9 +16,9 @@ size d.  The axes before ``axis`` (batch) go along whole.  The sequence is split
 rank r holds ``np.array_split(np.arange(S), N)[r]`` (the first S % N ranks one row more).
 
 Agreement.  The ranks do not know each other's shard sizes, so each call first allgathers a
-small int64 description of every rank's array (:func:`_describe`); every rank checks all of
-them alike and raises the same ValueError (TypeError for a non-array) before the payload
-moves.  The payload then goes by ``hpccoll.alltoall`` when all blocks are equal (S and H both
+small int64 description of every rank's array (:func:`_describe`), under the deadline like
+every hpccoll message; every rank checks all of them alike and raises the same ValueError
+(TypeError for a non-array) before the payload moves.  The payload then goes by ``hpccoll.alltoall`` when all blocks are equal (S and H both
 divisible by N), by ``hpccoll.alltoallv`` otherwise, with ``algorithm`` (``auto`` by default).
 
 Copies.  Rank r's block for rank j (TP -> SP) is ``Y_r[..., rows_j, :]``: with no batch axes
@@ -37,6 +37,8 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
+from ..context import check_comm, context
+from ..runtime.agreement import gather_rows
 from ..schedule import offsets
 from .sharding import split_counts
 
@@ -251,9 +253,10 @@ def _reshard(array: np.ndarray, comm: MPI.Comm, axis: int, hidden: int, to_sp: b
     from .. import alltoall, alltoallv
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a string, got {type(algorithm).__name__}")
-    mine = _describe(array, axis, hidden)
-    everyone = np.empty((comm.Get_size(), mine.size), np.int64)
-    comm.Allgather(mine, everyone)
+    check_comm(comm)
+    ctx = context(comm)
+    everyone = gather_rows(ctx.comm, _describe(array, axis, hidden),
+                           "tp_to_sp/sp_to_tp: the shards' shapes", ctx)
     plan = _plan(everyone.tobytes(), comm.Get_rank(), axis, to_sp, algorithm)
     flat = np.ascontiguousarray(array).reshape(-1)
     send = flat

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from mpi4py import MPI
 
-from .sharding import positions
+from .sharding import agree_objects, positions
 
 # rows of keys attended to at a time under a causal mask (see _split)
 CAUSAL_BLOCK = 256
@@ -97,7 +97,8 @@ def _agree(comm: Any, arrays: dict[str, Any], layout: str, causal: Any, scale: A
     problem = _problem(arrays, first)
     like = arrays[first]
     shape = (None, None, None) if problem else (like.shape[0], like.shape[1:], like.dtype.str)
-    everyone = comm.allgather((problem, shape, (layout, bool(causal), scale)))
+    everyone = agree_objects(comm, (problem, shape, (layout, bool(causal), scale)),
+                             "attention: the shards' shapes and options")
     for rank, (problem, _, _) in enumerate(everyone):
         if problem is not None:
             kind, message = problem

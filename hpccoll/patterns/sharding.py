@@ -29,7 +29,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ..context import check_comm, context
 from ..hamiltonian import decompose
+from ..runtime.agreement import gather_objects
 
 LAYOUTS = ("contiguous", "zigzag", "tasp")
 
@@ -66,6 +68,17 @@ def _interleaved(heads: list[np.ndarray], tails: list[np.ndarray]) -> np.ndarray
     return np.concatenate([part for pair in zip(heads, tails) for part in pair])
 
 
+def agree_objects(comm: MPI.Comm, mine: object, what: str) -> list:
+    """Every rank's small picklable ``mine``, in rank order, on every rank: exchanged on
+    hpccoll's private duplicate of ``comm`` under the deadline, so a rank that never comes
+    makes the others raise CollectiveTimeout (and revokes hpccoll's state of ``comm``, as any
+    failed hpccoll call does: ``hpccoll.recover(comm)`` on every rank makes it usable again)
+    instead of hanging."""
+    check_comm(comm)
+    ctx = context(comm)
+    return gather_objects(ctx.comm, mine, what, ctx)
+
+
 def _axis(array: np.ndarray, axis: int) -> int:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected a NumPy array, got {type(array).__name__}")
@@ -86,13 +99,21 @@ def shard(x_full: np.ndarray, comm: MPI.Comm, layout: str = "contiguous",
 def unshard(x_local: np.ndarray, comm: MPI.Comm, layout: str = "contiguous", axis: int = 0,
             *, algorithm: str = "auto") -> np.ndarray:
     """The full array on every rank from the shards along ``axis`` under ``layout``, gathered
-    with ``hpccoll.allgather`` (``algorithm``).  The shards' shapes are compared on every rank
-    first: ValueError everywhere if they do not fit the layout or each other."""
+    with ``hpccoll.allgather`` (``algorithm``).  The arguments and the shards' shapes are
+    compared on every rank first: the same TypeError or ValueError everywhere if one rank's
+    are wrong or they do not fit the layout or each other."""
     from .. import allgather
-    axis = _axis(x_local, axis)
-    positions(0, 1, layout)                              # an unknown layout: before any message
-    rest = x_local.shape[:axis] + x_local.shape[axis + 1:]
-    shapes = comm.allgather((x_local.shape[axis], rest, x_local.dtype.str))
+    try:
+        axis = _axis(x_local, axis)
+        positions(0, 1, layout)                          # an unknown layout
+        rest = x_local.shape[:axis] + x_local.shape[axis + 1:]
+        mine: object = (x_local.shape[axis], rest, x_local.dtype.str)
+    except (TypeError, ValueError) as error:
+        mine = error
+    shapes = agree_objects(comm, mine, "unshard: the shards' shapes")
+    for rank, entry in enumerate(shapes):
+        if isinstance(entry, Exception):
+            raise type(entry)(f"unshard arguments on rank {rank}: {entry}")
     counts = [rows for rows, _, _ in shapes]
     if len({(shape, dtype) for _, shape, dtype in shapes}) > 1:
         raise ValueError(f"the shards differ in shape or dtype beside axis {axis}: "

@@ -3,12 +3,16 @@
 :func:`gather_rows` gives every rank every rank's small array (one ``Iallgather`` completed
 with :func:`~hpccoll.runtime.progress.wait_requests`), so all ranks can take the same decision
 from the same data (check mode's comparison of call signatures, the node window's
-shared-memory check).  :func:`agree` is the decision "did every rank succeed": a rank passes
+shared-memory check); :func:`gather_objects` does the same for small picklable objects (the
+workloads' shape agreements), as mpi4py's ``allgather`` would but under the deadline.  :func:`agree` is the decision "did every rank succeed": a rank passes
 the error it met, or None, and either every rank returns or every rank raises the first
 failed rank's error.
 """
 
 from __future__ import annotations
+
+import pickle
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -29,6 +33,20 @@ def gather_rows(comm: MPI.Intracomm, mine: np.ndarray, what: str,
     wait_requests([comm.Iallgather(mine, everyone)], what, memory=(mine, everyone),
                   guard=guard)
     return everyone
+
+
+def gather_objects(comm: MPI.Intracomm, mine: Any, what: str,
+                   guard: Guard | None = None) -> list[Any]:
+    """Every rank's picklable ``mine``, in rank order, on every rank: the pickles' lengths by
+    :func:`gather_rows`, then the pickles by one ``Iallgatherv``, both under the deadline
+    (CollectiveTimeout naming ``what``).  Collective over ``comm``."""
+    data = np.frombuffer(pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    lengths = gather_rows(comm, np.array([data.size], np.int64), what, guard)[:, 0]
+    joined = np.empty(int(lengths.sum()), np.uint8)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    wait_requests([comm.Iallgatherv(data, [joined, lengths, starts, MPI.BYTE])], what,
+                  memory=(data, joined), guard=guard)
+    return [pickle.loads(joined[s:s + n].tobytes()) for s, n in zip(starts, lengths)]
 
 
 def agree(comm: MPI.Intracomm, error: BaseException | None, what: str) -> None:

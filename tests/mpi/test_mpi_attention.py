@@ -185,3 +185,28 @@ def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
     want, *_ = reference(q, k, v, q, True, 1 / np.sqrt(3))
     out = attention(*local, comm, layout="zigzag", causal=True)
     assert relative_error(out, shard(want, comm, "zigzag")) < TOLERANCE
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_unshard_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
+    """unshard with one rank's arguments wrong (1 MiB shards): the same error on every rank,
+    naming that rank, before the payload moves; a good call works afterwards."""
+    from hpccoll.patterns import shard, unshard
+    p, r = comm.size, comm.rank
+    full = np.random.default_rng(2).standard_normal((1024 * p, 128))
+    local = shard(full, comm, "zigzag")
+    last = r == p - 1
+    on_last = f"arguments on rank {p - 1}: "
+    bad = [(TypeError, on_last + "expected a NumPy array", local.tolist() if last else local,
+            {}),
+           (ValueError, on_last + "axis 2 is out of range", local, {"axis": 2 if last else 0}),
+           (ValueError, on_last + "unknown layout 'striped'", local,
+            {"layout": "striped" if last else "zigzag"})]
+    if p > 1:
+        bad += [(ValueError, "differ in shape or dtype",
+                 local.astype(np.float32) if last else local, {}),
+                (ValueError, "not the zigzag layout", local[1:] if last else local, {})]
+    for error, message, array, options in bad:
+        with pytest.raises(error, match=message):
+            unshard(array, comm, **{"layout": "zigzag", **options})
+    assert np.array_equal(unshard(local, comm, "zigzag"), full)

@@ -99,6 +99,59 @@ def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm
         hpccoll.configure(**vars(previous))
 
 
+def _workloads(comm):
+    """(name, call returning this rank's result) for every workload of hpccoll.patterns, on
+    inputs of about 1 MiB a rank (a 4 MiB MoE batch), each call's result exact to check."""
+    from hpccoll.patterns import attention, combine, dispatch, shard, tp_to_sp, unshard
+    p, r = comm.size, comm.rank
+    rng = np.random.default_rng(3)                      # the same full arrays on every rank
+    full = rng.standard_normal((4096, 32 * p))          # (S, H): 1 MiB of hidden shard a rank
+    tokens = rng.standard_normal((2048, 256))
+    ids = rng.integers(0, 4 * p, (p, 2048, 2))[r]
+    qkv = rng.standard_normal((3, 256 * p, 64))
+
+    def moe():
+        rows, experts, handle = dispatch(tokens, ids, np.full(ids.shape, 0.5), comm, 4 * p)
+        return combine(rows, handle)                    # identity experts: the tokens back
+
+    return [("tp_to_sp", lambda: tp_to_sp(full[:, 32 * r:32 * (r + 1)], comm),
+             shard(full, comm, "contiguous")),
+            ("unshard", lambda: unshard(shard(full, comm, "zigzag"), comm, "zigzag"), full),
+            ("dispatch/combine", moe, tokens),
+            ("attention", lambda: attention(*(shard(a, comm, "zigzag") for a in qkv), comm,
+                                            layout="zigzag", causal=True), None)]
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=240)
+def test_workloads_raise_when_a_rank_never_comes(mpi_ranks, comm):
+    """The last rank skips each workload of hpccoll.patterns: the others raise
+    CollectiveTimeout (or CommunicatorRevoked after a peer's notice) from the workload's first
+    message -- its agreement on shapes or counts -- instead of hanging; after recover() every
+    rank runs the workload again and gets the right result."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    previous = _short_deadline(hpccoll, comm, 1)
+    try:
+        for name, call, right in _workloads(comm):
+            before = call()                             # contexts, plans, kernels made
+            if right is not None:
+                assert np.allclose(before, right), name
+            if r == p - 1:
+                time.sleep(1.5)                         # skips the workload
+                first = "skipped"
+            else:
+                first, text = _outcome(hpccoll, call)
+                assert first in ("CollectiveTimeout", "CommunicatorRevoked"), (name, text)
+                assert _outcome(hpccoll, call)[0] == "CommunicatorRevoked", name
+            assert "CollectiveTimeout" in comm.allgather(first), name
+            hpccoll.recover(comm)
+            again = call()
+            assert np.array_equal(again, before), name
+            comm.Barrier()
+    finally:
+        hpccoll.configure(**vars(previous))
+
+
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_no_wrong_data_after_a_timeout(mpi_ranks, comm):
     """Rank 1 skips one allreduce, then both make further allreduces with new data: each call
