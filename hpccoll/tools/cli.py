@@ -1,5 +1,5 @@
 """The ``hpccoll`` command: ``bench``, ``verify``, ``topology``, ``explain``, ``tune``,
-``report``, ``jobs``, ``list`` and ``catalogue``."""
+``simulate``, ``report``, ``jobs``, ``list`` and ``catalogue``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import os
 import sys
 import time
 
-from . import bench_command, explain, listing, report, topology, tune, verify
+from . import bench_command, explain, listing, report, simulate, topology, tune, verify
 from .arguments import Parser, UsageError
 from .jobs import command as jobs_command
 
-COMMANDS = (bench_command, verify, topology, explain, tune, report, jobs_command, listing)
+COMMANDS = (bench_command, verify, topology, explain, tune, simulate, report, jobs_command,
+            listing)
 # What a user can cause: bad values and names, unreadable files (argparse's own errors are
 # UsageError).  Anything else (a bug, a collective that timed out) keeps its traceback, on
 # every rank that has it.

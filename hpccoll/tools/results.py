@@ -70,6 +70,7 @@ class Result:
     min_us: float | None = None
     max_us: float | None = None
     timed_s: float | None = None      # how long the timed iterations took, barriers included
+    model_us: float | None = None     # hpccoll simulate: the cost model's prediction
 
 
 def plot(results: list[Result], path: str) -> None:
@@ -115,8 +116,9 @@ def human_size(n: int) -> str:
 
 
 def report(paths: list[str]) -> str:
-    """Markdown tables from ``bench --json`` files: per run, each size's native time and every
-    algorithm's speed relative to native, the best one marked."""
+    """Markdown tables from ``bench --json`` (and ``simulate --json``) files: per run, each
+    size's baseline time (native's; simulate's: its first algorithm's) and every algorithm's
+    speed relative to it, the best one marked."""
     out = []
     for path in paths:
         with open(path) as f:
@@ -125,15 +127,16 @@ def report(paths: list[str]) -> str:
         if not results:
             continue
         first = results[0]
-        names = list(dict.fromkeys(r["algorithm"] for r in results if r["algorithm"] != "native"))
+        baseline = meta.get("baseline", "native")
+        names = list(dict.fromkeys(r["algorithm"] for r in results if r["algorithm"] != baseline))
         out.append(f"### {first['collective']}, {meta['ranks']} ranks, {first['dtype']}\n")
         out.append(f"`{meta['command']}` ({meta['date']}, {meta['mpi']})\n")
-        out.append("| size | native (us) | " + " | ".join(names) + " | best |")
+        out.append(f"| size | {baseline} (us) | " + " | ".join(names) + " | best |")
         out.append("|---:|---:|" + "---:|" * len(names) + "---|")
         best_by_size = {}
         for size in sorted({r["bytes"] for r in results}):
             rows = {r["algorithm"]: r for r in results if r["bytes"] == size}
-            native = rows.get("native")
+            native = rows.get(baseline)
             cells = []
             for name in names:
                 row = rows.get(name)
@@ -148,7 +151,7 @@ def report(paths: list[str]) -> str:
             out.append(f"| {human_size(size)} | {native_us} | " + " | ".join(cells) +
                        f" | {best_text} |")
         wrong = sum(r["wrong"] for r in results)
-        out.append(f"\n{band_summary(best_by_size)}\n\n#wrong over the run: {wrong}\n")
+        out.append(f"\n{band_summary(best_by_size, baseline)}\n\n#wrong over the run: {wrong}\n")
     return "\n".join(out)
 
 
@@ -156,7 +159,7 @@ SIZE_BANDS = (("<= 4K", 0, 4 << 10), ("8K-512K", 8 << 10, 512 << 10),
               (">= 1M", 1 << 20, 1 << 62))
 
 
-def band_summary(best_by_size: dict[int, dict]) -> str:
+def band_summary(best_by_size: dict[int, dict], baseline: str = "native") -> str:
     """'best vs native by band': per size band, the range of the best algorithm's ratio and
     the algorithms that were best, most often first."""
     parts = []
@@ -167,4 +170,4 @@ def band_summary(best_by_size: dict[int, dict]) -> str:
             names = Counter(best["algorithm"] for best in band).most_common()
             parts.append(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x "
                          f"({', '.join(name for name, _ in names)})")
-    return "best vs native by size band: " + "; ".join(parts)
+    return f"best vs {baseline} by size band: " + "; ".join(parts)

@@ -1,5 +1,6 @@
 """``hpccoll tune``: time every applicable algorithm per size on this job's ranks and write a
-decision table (run under mpiexec)."""
+decision table (run under mpiexec); with ``--simulate --platform SPEC``, the times are
+simulated on a modelled machine instead (no MPI: a table for a machine that is not here)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from . import arguments
 from .bench_command import (API_NATIVE, BENCH_COLLECTIVES, add_timing_arguments,
                             selected_algorithms)
+from .simulate import algorithms_for, platform_spec, simulate
 
 
 def bench_collective(name: str) -> str:
@@ -39,19 +41,62 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
                         help="decision table to write; merged into if it exists (other rank "
                              "counts kept), default hpccoll-tuning.json")
+    parser.add_argument("--simulate", action="store_true",
+                        help="simulate the algorithms on --platform (SimGrid; no MPI, no "
+                             "native) instead of timing them here")
+    parser.add_argument("--platform", type=platform_spec, default=None,
+                        help="with --simulate: the machine, as hpccoll simulate takes it")
     parser.set_defaults(handler=run, prog=parser.prog)
 
 
+def _existing(path: str) -> Any:
+    from .. import tuning
+    return tuning.load_table(path, os.stat(path).st_mtime) if os.path.exists(path) else None
+
+
+def run_simulated(args: argparse.Namespace) -> int:
+    """The decision table from simulated times of every applicable algorithm."""
+    from .. import tuning
+    from ..sim import engine
+    from ..sim.platform import build
+    from .results import size_range
+    if args.platform is None:
+        raise ValueError("--simulate needs --platform SPEC (hpccoll simulate --platforms)")
+    try:
+        engine.load()
+    except engine.SimulatorMissing as missing:
+        print(f"{args.prog}: error: {missing}", file=sys.stderr)
+        return 2
+    target = build(args.platform)
+    table = _existing(args.out)
+    for collective in args.collectives or list(BENCH_COLLECTIVES):
+        names = algorithms_for(collective, "all", target)
+        results = simulate(collective, names, target, size_range(args.sizes), args.dtype)
+        timings: dict[int, dict[str, float]] = {}
+        for r in results:
+            timings.setdefault(r.bytes, {})[r.algorithm] = r.time_us
+        rules = tuning.rules_from_timings(timings)
+        table = tuning.merge(table, collective, target.ranks, rules)
+        print(f"# {collective} on {args.platform} ({target.ranks} ranks): " + ", ".join(
+            f"{rule['algorithm']} up to {rule['max_bytes'] or 'any size'}" for rule in rules))
+    with open(args.out, "w") as f:
+        json.dump(table, f, indent=1)
+    print(f"# simulated decision table for {target.ranks} rank(s) written to {args.out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.simulate:
+        return run_simulated(args)
+    if args.platform is not None:
+        raise ValueError("--platform describes a simulated machine: add --simulate")
     from mpi4py import MPI
 
     from .. import tuning
     from . import bench
     comm = MPI.COMM_WORLD
     collectives = args.collectives or list(BENCH_COLLECTIVES)
-    table = None
-    if os.path.exists(args.out):
-        table = tuning.load_table(args.out, os.stat(args.out).st_mtime)
+    table = _existing(args.out)
     for collective in collectives:
         names = selected_algorithms(collective, f"all,{API_NATIVE}", comm.size)
         sweeps: dict[tuple[int, str], list[float]] = {}

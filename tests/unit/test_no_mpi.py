@@ -32,6 +32,7 @@ def test_import_loads_no_mpi():
     ["explain", "allreduce", "--bytes", "64K", "--ranks", "16", "--topology", "nodes=4,ppn=4"],
     ["report", str(RESULT)],
     ["jobs", "render", "bench", "--nodes", "1", "--ntasks-per-node", "2"],
+    ["simulate", "--platforms"],
 ], ids=lambda argv: argv[0])
 def test_tools_run_without_mpi(argv, tmp_path):
     code = ("from hpccoll.tools.cli import main\n"

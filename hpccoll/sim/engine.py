@@ -1,0 +1,110 @@
+"""Finding and starting SimGrid (the optional ``sim`` extra, built by scripts/install-sim.sh).
+
+SimGrid's Python module needs ``libsimgrid.so``, which pip installs beside it in
+site-packages, a folder the dynamic loader does not search: :func:`load` loads the library
+itself first (so no ``LD_LIBRARY_PATH`` is needed).  SimGrid keeps one engine per process, so
+each simulation runs in a forked child (:func:`in_child`) that makes its engine, runs, and
+sends back its result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import multiprocessing
+import os
+import sys
+import traceback
+from types import ModuleType
+from typing import Any, Callable
+
+INSTALL = ("hpccoll simulate needs the SimGrid simulator: in hpccoll's venv run "
+           "`bash scripts/install-sim.sh` from hpccoll's source tree (about 10 minutes: it "
+           "builds SimGrid 4.1; `pip install '.[sim]'` is then satisfied)")
+# the flow model that equals alpha-beta on free links and shares a link max-min fairly;
+# a message's rate is not limited by a TCP window (a GPU fabric has none)
+CONFIG = ("--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
+          "--cfg=network/TCP-gamma:1e18", "--log=root.thres:critical")
+
+
+class SimulatorMissing(ImportError):
+    """SimGrid is not installed (the message says how to install it)."""
+
+
+_module: ModuleType | None = None
+
+
+def load() -> ModuleType:
+    """The ``simgrid`` module, its shared library loaded first from wherever pip put it."""
+    global _module
+    if _module is not None:
+        return _module
+    for folder in sys.path:
+        for library in sorted(glob.glob(os.path.join(folder or ".", "libsimgrid.so.*"))):
+            ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+            break
+    saved = os.dup(2)                  # the import prints a configuration line on stderr
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        import simgrid
+    except ImportError as error:
+        raise SimulatorMissing(f"{INSTALL} ({error})") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    _module = simgrid
+    return simgrid
+
+
+def available() -> bool:
+    try:
+        load()
+    except SimulatorMissing:
+        return False
+    return True
+
+
+def version() -> str:
+    found = load().simgrid_version
+    return found if isinstance(found, str) else ".".join(map(str, found))
+
+
+def engine() -> Any:
+    """A new SimGrid engine with :data:`CONFIG` (one per process)."""
+    return load().Engine(["hpccoll-simulate", *CONFIG])
+
+
+def _child(work: Callable[..., Any], args: tuple, pipe: Any) -> None:
+    try:
+        pipe.send(("ok", work(*args)))
+    except BaseException as error:           # noqa: BLE001 -- sent to the parent, raised there
+        pipe.send(("error", (type(error).__name__, str(error), traceback.format_exc())))
+    finally:
+        pipe.close()
+
+
+def in_child(work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` in a forked child process (its own SimGrid engine); its result, or its
+    error raised here (ValueError and friends as themselves, anything else as RuntimeError
+    with the child's traceback)."""
+    load()
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(work, args, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        status, value = receive.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the simulation died (exit status {child.exitcode})") from None
+    child.join()
+    if status == "ok":
+        return value
+    name, message, trace = value
+    known = {"ValueError": ValueError, "TypeError": TypeError, "MemoryError": MemoryError}
+    if name in known:
+        raise known[name](message)
+    raise RuntimeError(f"the simulation failed: {name}: {message}\n{trace}")

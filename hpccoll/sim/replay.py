@@ -1,0 +1,304 @@
+"""Every rank's program of a collective, replayed as simulated transfers on a modelled machine.
+
+The programs are the planners' own (:mod:`hpccoll.schedule`), the ones the executor runs on
+MPI, planned for the platform's topology.  One controller actor plays every rank as the
+executor does: a rank enters step s when its step s-1 is over, posts the step's sends and
+receives, and a message of step s starts when its sender and its receiver have both entered
+step s (a rendezvous: the data flow of the schedule); the step's local operations run
+meanwhile, each receive's ``on_arrival`` operations after it lands, and the step ends when
+all of them are done.  Local work is computation on the rank's host at the platform's copy
+and reduction speeds, plus its software overhead per step with transfers (as the cost model
+counts them); a ``sync`` step is a barrier of the node's ranks.  Transfers are SimGrid
+flows on the platform's links: alone on a path a message takes latency + bytes / bandwidth
+(the alpha-beta model); flows that share a link share its bandwidth max-min fairly.
+
+Perturbations: :class:`Pause` holds back every transfer and computation of ``k`` nodes drawn
+at random, re-drawn every ``period`` seconds (the failure experiment of "Resilient All-to-All
+Trees"); a slow rank (``Platform.slowed``) has slower links of its own.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import registry
+from ..collectives import spec
+from ..schedule import Copy, Program, Reduce, Step
+from . import engine
+from .platform import Platform
+
+# the classic algorithms MPICH and Open MPI choose among for each collective, as registered
+CLASSIC = {"allreduce": ("recursive_doubling", "rabenseifner", "ring"),
+           "allgather": ("recursive_doubling", "ring"),
+           "alltoall": ("bruck", "pairwise", "direct"),
+           "alltoallv": ("pairwise", "direct"),
+           "reduce_scatter": ("recursive_halving", "ring", "direct"),
+           "bcast": ("binomial", "scatter_allgather", "chain"),
+           "reduce": ("binomial", "reduce_scatter_gather", "chain")}
+SPEED = 1e12            # flops per second of a host: local work of t seconds is t * SPEED flops
+
+
+@dataclass(frozen=True)
+class Pause:
+    """``k`` nodes paused (their transfers and computations held back), re-drawn every
+    ``period`` seconds of simulated time, from the random generator seeded by ``seed``."""
+
+    k: int
+    period: float
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "Pause":
+        """'k=K,period=SECONDS[,seed=S]' (period with units: 10ms, 500us, ...)."""
+        from .platform import latency
+        fields: dict[str, str] = {}
+        for item in filter(None, text.split(",")):
+            name, sep, value = item.partition("=")
+            if not sep or name not in ("k", "period", "seed") or name in fields:
+                raise ValueError(f"bad --pause item {item!r}: k=K,period=SECONDS[,seed=S]")
+            fields[name] = value
+        if "k" not in fields or "period" not in fields:
+            raise ValueError("--pause needs k=K and period=SECONDS")
+        if not fields["k"].isdigit() or not fields.get("seed", "0").isdigit():
+            raise ValueError("--pause: k and seed are whole numbers")
+        period = latency(fields["period"])
+        if period <= 0:
+            raise ValueError("--pause: period must be > 0")
+        return cls(int(fields["k"]), period, int(fields.get("seed", "0")))
+
+
+def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
+             itemsize: int, flat: bool = False) -> list[Program]:
+    """Every rank's program of ``algorithm`` for a ``nbytes`` message (OSU convention) on
+    ``platform``'s ranks, planned for its topology (``flat``: as if every rank were on one
+    node, the topology-blind schedule); ValueError if the algorithm cannot serve it."""
+    if algorithm == registry.NATIVE:
+        raise ValueError("native is the MPI library's own collective and has no schedule to "
+                         "replay: name the classic algorithm it runs ("
+                         f"{', '.join(CLASSIC.get(collective, ())) or 'see hpccoll list'})")
+    count = max(nbytes // itemsize, 0)
+    topology = None if flat else platform.topology
+    calls = [spec(collective).bench_call(platform.ranks, r, count, itemsize=itemsize,
+                                         topology=topology)
+             for r in range(platform.ranks)]
+    reason = registry.get(collective, algorithm).violated(calls[0])
+    if reason is not None:
+        raise ValueError(f"algorithm {algorithm!r} cannot serve {collective} on "
+                         f"{platform.ranks} ranks of {platform.spec}: it requires {reason}")
+    planner = registry.get(collective, algorithm).planner
+    return [planner(call) for call in calls]
+
+
+def _work(ops: Any, itemsize: int, platform: Platform) -> float:
+    """Seconds of local copies and reductions (the cost model's rates)."""
+    seconds = 0.0
+    for op in ops:
+        if isinstance(op, Reduce):
+            seconds += op.dst.count * itemsize * len(op.srcs) / platform.machine.reduce_bandwidth
+        elif isinstance(op, Copy):
+            seconds += op.dst.count * itemsize / platform.machine.copy_bandwidth
+    return seconds
+
+
+class _Run:
+    """One replay: the controller's state (see the module doc)."""
+
+    def __init__(self, sg: Any, simulation: Any, hosts: list, platform: Platform,
+                 progs: list[Program], itemsize: int, pause: Pause | None):
+        self.sg, self.simulation, self.hosts = sg, simulation, hosts
+        self.platform, self.progs = platform, progs
+        self.itemsize, self.pause = itemsize, pause
+        p = platform.ranks
+        self.node = platform.topology.regions[0]
+        self.step = [-1] * p
+        self.pending = [0] * p
+        self.done_at = [0.0] * p
+        # (src, dst, step, k) of a message one side posted -> (1 send / 2 receive, the
+        # receive's on_arrival work)
+        self.posted: dict[tuple, tuple[int, float]] = {}
+        self.activities = sg.ActivitySet()
+        self.owner: dict[Any, tuple] = {}         # activity -> (kind, ranks, arrival work)
+        self.barriers: dict[tuple[int, int], list[int]] = {}
+        self.paused: set[int] = set()
+        self.rng = random.Random(pause.seed if pause else 0)
+        self.unfinished = p
+
+    def start(self) -> None:
+        for rank in range(len(self.progs)):
+            self.enter(rank)
+
+    # ---------------------------------------------------------------- activities
+    def _watch(self, activity: Any, kind: str, ranks: tuple, after: float = 0.0) -> None:
+        self.activities.push(activity)
+        self.owner[activity] = (kind, ranks, after)
+        if self.paused & {self.node[r] for r in ranks}:
+            activity.suspend()
+
+    def compute(self, rank: int, seconds: float, kind: str = "work") -> None:
+        if seconds > 0:
+            execution = self.sg.this_actor.exec_init(seconds * SPEED)
+            execution.host = self.hosts[rank]
+            execution.start()
+            self._watch(execution, kind, (rank,))
+            self.pending[rank] += 1
+
+    def transfer(self, src: int, dst: int, count: int, arrival_work: float) -> None:
+        comm = self.sg.Comm.sendto_async(self.hosts[src], self.hosts[dst],
+                                         count * self.itemsize)
+        self._watch(comm, "message", (src, dst), arrival_work)
+
+    # ---------------------------------------------------------------- ranks
+    def enter(self, rank: int) -> None:
+        """Start ``rank``'s next step (or finish it)."""
+        while True:
+            self.step[rank] += 1
+            s = self.step[rank]
+            steps = self.progs[rank].steps
+            if s >= len(steps):
+                self.done_at[rank] = self.simulation.clock
+                self.unfinished -= 1
+                return
+            step: Step = steps[s]
+            if step.sync:
+                self.barrier(rank, s)
+                return
+            if not step.empty:
+                break
+        overhead = self.platform.machine.step_overhead
+        if (step.sends or step.recvs) and overhead > 0:
+            self.compute(rank, overhead, "posting")      # then begin()
+        else:
+            self.begin(rank)
+
+    def begin(self, rank: int) -> None:
+        """Post the transfers of ``rank``'s current step and start its local operations."""
+        s = self.step[rank]
+        step = self.progs[rank].steps[s]
+        self.post(rank, s, step)
+        self.compute(rank, _work(step.local, self.itemsize, self.platform))
+        if self.pending[rank] == 0:
+            self.enter(rank)
+
+    def post(self, rank: int, s: int, step: Step) -> None:
+        seen: dict[tuple[int, int], int] = {}
+        for send in step.sends:
+            k = seen[send.peer, 1] = seen.get((send.peer, 1), -1) + 1
+            self._meet((rank, send.peer, s, k), 1, send.count, 0.0)
+        for recv in step.recvs:
+            k = seen[recv.peer, 2] = seen.get((recv.peer, 2), -1) + 1
+            self._meet((recv.peer, rank, s, k), 2, recv.count,
+                       _work(recv.on_arrival, self.itemsize, self.platform))
+        self.pending[rank] += len(step.sends) + len(step.recvs)
+
+    def _meet(self, key: tuple, side: int, count: int, arrival_work: float) -> None:
+        other = self.posted.pop(key, None)
+        if other is None:
+            self.posted[key] = (side, arrival_work)
+            return
+        work = arrival_work if side == 2 else other[1]
+        self.transfer(key[0], key[1], count, work)
+
+    def barrier(self, rank: int, s: int) -> None:
+        node = self.node[rank]
+        waiting = self.barriers.setdefault((node, s), [])
+        waiting.append(rank)
+        members = self.platform.topology.regions[0].count(node)
+        if len(waiting) == members:
+            del self.barriers[node, s]
+            machine = self.platform.machine
+            rounds = max(1, (members - 1).bit_length())
+            for member in waiting:
+                self.compute(member, machine.step_overhead + machine.intra.alpha * rounds)
+                if self.pending[member] == 0:
+                    self.enter(member)
+
+    def finished(self, rank: int) -> None:
+        self.pending[rank] -= 1
+        if self.pending[rank] == 0:
+            self.enter(rank)
+
+    def complete(self, activity: Any) -> None:
+        kind, ranks, arrival_work = self.owner.pop(activity)
+        if kind == "posting":
+            self.pending[ranks[0]] -= 1
+            self.begin(ranks[0])
+            return
+        if kind == "work":
+            self.finished(ranks[0])
+            return
+        src, dst = ranks
+        self.finished(src)
+        if arrival_work > 0:
+            self.pending[dst] -= 1
+            self.compute(dst, arrival_work)
+            if self.pending[dst] == 0:      # nothing started (cannot happen: work > 0)
+                self.enter(dst)
+        else:
+            self.finished(dst)
+
+    # ---------------------------------------------------------------- perturbation
+    def redraw(self) -> None:
+        nodes = sorted(set(self.node))
+        self.paused = set(self.rng.sample(nodes, min(self.pause.k, len(nodes))))
+        for activity, (_, ranks, _) in self.owner.items():
+            hold = bool(self.paused & {self.node[r] for r in ranks})
+            if hold and not activity.is_suspended:
+                activity.suspend()
+            elif not hold and activity.is_suspended:
+                activity.resume()
+
+    def run(self) -> float:
+        """The controller's loop; the simulated time from start to the last rank's end."""
+        begin = self.simulation.clock
+        next_draw = begin
+        self.start()
+        while self.unfinished:
+            if self.pause is not None and self.simulation.clock >= next_draw - 1e-15:
+                self.redraw()
+                next_draw += self.pause.period
+            if self.activities.empty():
+                raise RuntimeError("replay deadlock: ranks wait for messages never sent "
+                                   f"(steps {self.step})")
+            if self.pause is None:
+                self.complete(self.activities.wait_any())
+                continue
+            try:
+                done = self.activities.wait_any_for(next_draw - self.simulation.clock)
+            except self.sg.TimeoutException:
+                done = None
+            if done is not None:
+                self.complete(done)
+        return max(self.done_at) - begin
+
+
+def simulate(platform: Platform, jobs: list[tuple[str, str, int, int]],
+             pause: Pause | None = None, flat: bool = False) -> list[float]:
+    """Simulated seconds of each job (collective, algorithm, nbytes, itemsize) on
+    ``platform`` (schedules planned ``flat`` or not: :func:`programs`), one after the other
+    in one engine, in a child process."""
+    plans = [programs(c, a, platform, n, i, flat) for c, a, n, i in jobs]   # errors: early
+    return engine.in_child(_simulate, platform, plans, [i for *_, i in jobs], pause)
+
+
+def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
+              pause: Pause | None) -> list[float]:
+    sg = engine.load()
+    simulation = engine.engine()
+    zone = simulation.netzone_root.add_netzone_full("machine")
+    hosts = [zone.add_host(f"rank{r}", SPEED).seal() for r in range(platform.ranks)]
+    links = [zone.add_link(l.name, l.bandwidth).set_latency(l.latency).seal()
+             for l in platform.links]
+    for a in range(platform.ranks):
+        for b in range(platform.ranks):
+            if a != b:
+                zone.add_route(hosts[a], hosts[b],
+                               [sg.LinkInRoute(links[i]) for i in platform.route(a, b)], False)
+    zone.seal()
+    times: list[float] = []
+    for progs, itemsize in zip(plans, itemsizes):
+        run = _Run(sg, simulation, hosts, platform, progs, itemsize, pause)
+        hosts[0].add_actor("controller", lambda run=run: times.append(run.run()))
+        simulation.run()
+    return times

@@ -1,0 +1,192 @@
+"""``hpccoll simulate``: replay algorithms' schedules on a modelled machine in SimGrid
+(:mod:`hpccoll.sim`) and print simulated times in ``hpccoll bench``'s table and JSON format.
+
+No MPI: the ranks are the platform's.  Sizes follow bench's OSU convention; algbw and busbw
+are bench's (nccl-tests'); ``vs first`` is the first algorithm's time over each one's (the
+ratio ``hpccoll report`` shows in its native column's place); ``model`` is the cost model's
+prediction for the same machine (hpccoll/costmodel.py), beside the simulated time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform as host_platform
+import sys
+import time
+from typing import Any
+
+from .. import registry
+from ..collectives import spec
+from . import arguments
+from .bench_command import BENCH_COLLECTIVES
+
+
+def platform_spec(text: str) -> str:
+    """A platform spec, checked (kind, keys, values) and kept as written."""
+    from ..sim.platform import parse
+    try:
+        parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def pause_spec(text: str) -> Any:
+    from ..sim.replay import Pause
+    try:
+        return Pause.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def slow_rank(text: str) -> tuple[int, float]:
+    """'RANK:FACTOR' -> (rank, factor >= 1)."""
+    rank, sep, factor = text.partition(":")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = 0.0
+    if not sep or not rank.isdigit() or value < 1:
+        raise argparse.ArgumentTypeError(f"bad --slow-rank {text!r}: RANK:FACTOR, FACTOR >= 1")
+    return int(rank), value
+
+
+def add_parser(subparsers: Any) -> None:
+    """``hpccoll simulate`` on the ``hpccoll`` parser's subparsers."""
+    parser = subparsers.add_parser(
+        "simulate", help="replay algorithms on a modelled machine in SimGrid (no MPI)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("collective", nargs="?", choices=BENCH_COLLECTIVES)
+    parser.add_argument("-a", "--algorithms", default="all",
+                        help="comma-separated algorithm names, or 'all'; the first is the "
+                             "baseline of the ratios")
+    parser.add_argument("--platform", type=platform_spec, default="fullmesh",
+                        help="KIND:key=value,... (default fullmesh: 8 GPUs); --platforms "
+                             "lists kinds and keys")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--bytes", type=arguments.size, help="one message size")
+    sizes.add_argument("-m", "--sizes", type=arguments.size_range, default="1K:64M:4",
+                       help="MIN:MAX[:FACTOR] (default 1K:64M:4)")
+    parser.add_argument("--dtype", default="float32", type=arguments.dtype)
+    parser.add_argument("--pause", type=pause_spec, metavar="k=K,period=SECONDS[,seed=S]",
+                        help="k nodes paused (transfers held back), re-drawn every period")
+    parser.add_argument("--slow-rank", type=slow_rank, metavar="RANK:FACTOR",
+                        help="this rank's own links FACTOR times slower")
+    parser.add_argument("--flat", action="store_true",
+                        help="plan the schedules as if every rank were on one node (the "
+                             "topology-blind ones) on the platform's real links")
+    parser.add_argument("--json", metavar="FILE", type=arguments.output_file)
+    parser.add_argument("--plot", metavar="FILE.png", type=arguments.plot_file)
+    parser.add_argument("--platforms", action="store_true",
+                        help="list the platform kinds, their keys and defaults, and exit")
+    parser.set_defaults(handler=run, prog=parser.prog)
+
+
+def algorithms_for(collective: str, given: str, target: Any) -> list[str]:
+    """The named algorithms ('all': every one that applies to the platform's ranks and
+    topology), checked by :func:`hpccoll.sim.replay.programs` when planned."""
+    call = spec(collective).uniform_call(target.ranks, 0, 1, topology=target.topology)
+    names: list[str] = []
+    for name in (n.strip() for n in given.split(",")):
+        if name == "all":
+            names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
+        elif name:
+            if name != registry.NATIVE:        # native: replay says what to name instead
+                registry.get(collective, name)  # an unknown name raises here
+            names.append(name)
+    if not names:
+        raise ValueError("no algorithm named")
+    return list(dict.fromkeys(names))
+
+
+def model(collective: str, name: str, target: Any, size: int, itemsize: int,
+          flat: bool) -> float:
+    """The cost model's time of the schedules the simulator replays, on the same machine."""
+    from ..costmodel import program_time, sample_ranks
+    from ..sim.replay import programs
+    planned = programs(collective, name, target, size, itemsize, flat)
+    return program_time({r: planned[r] for r in sample_ranks(target.ranks)}, itemsize,
+                        target.machine, target.topology.regions[0])
+
+
+def simulate(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
+             pause: Any = None, flat: bool = False) -> list[Any]:
+    """Results (bench's :class:`~hpccoll.tools.results.Result` rows, ``model_us`` the cost
+    model's prediction for the same schedules) of every algorithm at every size on
+    ``target`` (schedules planned ``flat``: :func:`hpccoll.sim.replay.programs`)."""
+    import numpy as np
+
+    from ..sim.replay import simulate as replay
+    from .results import Result
+    itemsize = np.dtype(dtype).itemsize
+    sizes = [s for s in sizes if s // itemsize > 0]
+    jobs = [(collective, name, size, itemsize) for size in sizes for name in names]
+    seconds = replay(target, jobs, pause, flat)
+    c, p, results = spec(collective), target.ranks, []
+    for size in sizes:
+        count = size // itemsize
+        call = c.bench_call(p, 0, count, itemsize=itemsize)
+        total = c.data_count(call) * itemsize
+        first = None
+        for (_, name, s, _), t in zip(jobs, seconds):
+            if s != size:
+                continue
+            us = t * 1e6
+            first = first or us
+            algbw = total / us / 1e3
+            results.append(Result(collective, name, p, dtype, size, count, 1, us, algbw,
+                                  algbw * c.busbw_factor(p), first / us, 0,
+                                  model_us=model(collective, name, target, size, itemsize, flat) * 1e6))
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sim import engine
+    from ..sim.platform import build, describe
+    from .results import plot, size_range, write_json
+    if args.platforms:
+        print(describe())
+        return 0
+    if args.collective is None:
+        raise ValueError("name a collective (or --platforms)")
+    try:
+        engine.load()
+    except engine.SimulatorMissing as missing:
+        print(f"{args.prog}: error: {missing}", file=sys.stderr)
+        return 2
+    target = build(args.platform)
+    if args.slow_rank is not None:
+        rank, factor = args.slow_rank
+        if rank >= target.ranks:
+            raise ValueError(f"--slow-rank {rank}: the platform has {target.ranks} ranks")
+        target = target.slowed(rank, factor)
+    names = algorithms_for(args.collective, args.algorithms, target)
+    sizes = [args.bytes] if args.bytes is not None else size_range(args.sizes)
+    results = simulate(args.collective, names, target, sizes, args.dtype, args.pause,
+                       args.flat)
+    c = spec(args.collective)
+    notes = "".join(f", {k} {v}" for k, v in target.notes.items())
+    print(f"# hpccoll simulate {args.collective}: {target.ranks} ranks on {args.platform}"
+          f"{notes}, {args.dtype}, SimGrid {engine.version()} (CM02, max-min sharing)"
+          + (", schedules planned topology-blind (--flat)" if args.flat else ""))
+    if args.pause is not None:
+        print(f"# {args.pause.k} node(s) paused, re-drawn every {args.pause.period * 1e6:g} us "
+              f"(seed {args.pause.seed})")
+    print(f"# time = simulated time of the slowest rank; model = the cost model's prediction; "
+          f"busbw factor {c.busbw_factor(target.ranks):.3f}; vs {names[0]} = its time / time")
+    print(f"# {'size(B)':>10} {'algorithm':>20} {'time(us)':>12} {'model(us)':>12} "
+          f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'vs ' + names[0][:12]:>16}")
+    for r in results:
+        print(f"  {r.bytes:>10} {r.algorithm:>20} {r.time_us:>12.2f} {r.model_us:>12.2f} "
+              f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} {r.vs_native:>15.2f}x")
+    if args.json:
+        meta = {"command": " ".join(args.command_line), "ranks": target.ranks,
+                "mpi": f"SimGrid {engine.version()} on {args.platform}",
+                "baseline": names[0], "platform": args.platform,
+                "pause": None if args.pause is None else vars(args.pause),
+                "host": host_platform.node(), "python": host_platform.python_version(),
+                "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        write_json(args.json, meta, results)
+    if args.plot:
+        plot(results, args.plot)
+    return 0
