@@ -4,7 +4,8 @@ The programs are the planners' own (:mod:`hpccoll.schedule`), the ones the execu
 MPI, planned for the platform's topology.  One controller actor plays every rank as the
 executor does: a rank enters step s when its step s-1 is over, posts the step's sends and
 receives, and a message of step s starts when its sender and its receiver have both entered
-step s (a rendezvous: the data flow of the schedule); the step's local operations run
+step s (a rendezvous: the data flow of the schedule; a step's messages between two ranks,
+segments of a large block, are one flow, as on one connection); the step's local operations run
 meanwhile, each receive's ``on_arrival`` operations after it lands, and the step ends when
 all of them are done.  Local work is computation on the rank's host at the platform's copy
 and reduction speeds, plus its software overhead per step with transfers (as the cost model
@@ -20,7 +21,7 @@ Trees"); a slow rank (``Platform.slowed``) has slower links of its own.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
@@ -115,8 +116,8 @@ class _Run:
         self.step = [-1] * p
         self.pending = [0] * p
         self.done_at = [0.0] * p
-        # (src, dst, step, k) of a message one side posted -> (1 send / 2 receive, the
-        # receive's on_arrival work)
+        # (src, dst, step) of a flow one side posted -> (1 send / 2 receive, the receive's
+        # on_arrival work)
         self.posted: dict[tuple, tuple[int, float]] = {}
         self.activities = sg.ActivitySet()
         self.owner: dict[Any, tuple] = {}         # activity -> (kind, ranks, arrival work)
@@ -182,15 +183,22 @@ class _Run:
             self.enter(rank)
 
     def post(self, rank: int, s: int, step: Step) -> None:
-        seen: dict[tuple[int, int], int] = {}
+        """Post the step's messages, those to (from) one peer as one flow: a step's segments
+        between two ranks travel back to back on one connection, and their on-arrival work
+        follows the last of them."""
+        sends: dict[int, int] = {}
         for send in step.sends:
-            k = seen[send.peer, 1] = seen.get((send.peer, 1), -1) + 1
-            self._meet((rank, send.peer, s, k), 1, send.count, 0.0)
+            sends[send.peer] = sends.get(send.peer, 0) + send.count
+        recvs: dict[int, tuple[int, float]] = {}
         for recv in step.recvs:
-            k = seen[recv.peer, 2] = seen.get((recv.peer, 2), -1) + 1
-            self._meet((recv.peer, rank, s, k), 2, recv.count,
-                       _work(recv.on_arrival, self.itemsize, self.platform))
-        self.pending[rank] += len(step.sends) + len(step.recvs)
+            count, work = recvs.get(recv.peer, (0, 0.0))
+            recvs[recv.peer] = (count + recv.count,
+                                work + _work(recv.on_arrival, self.itemsize, self.platform))
+        for peer, count in sends.items():
+            self._meet((rank, peer, s), 1, count, 0.0)
+        for peer, (count, work) in recvs.items():
+            self._meet((peer, rank, s), 2, count, work)
+        self.pending[rank] += len(sends) + len(recvs)
 
     def _meet(self, key: tuple, side: int, count: int, arrival_work: float) -> None:
         other = self.posted.pop(key, None)

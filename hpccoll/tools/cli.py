@@ -8,16 +8,17 @@ import os
 import sys
 import time
 
+from ..sim.engine import SimulatorMissing
 from . import bench_command, explain, listing, report, simulate, topology, tune, verify
 from .arguments import Parser, UsageError
 from .jobs import command as jobs_command
 
 COMMANDS = (bench_command, verify, topology, explain, tune, simulate, report, jobs_command,
             listing)
-# What a user can cause: bad values and names, unreadable files (argparse's own errors are
-# UsageError).  Anything else (a bug, a collective that timed out) keeps its traceback, on
-# every rank that has it.
-USER_ERRORS = (ValueError, TypeError, KeyError, OSError)
+# What a user can cause: bad values and names, unreadable files, no simulator installed
+# (argparse's own errors are UsageError).  Anything else (a bug, a collective that timed out)
+# keeps its traceback, on every rank that has it.
+USER_ERRORS = (ValueError, TypeError, KeyError, OSError, SimulatorMissing)
 # Where MPI launchers put the rank of the process they started.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 LATE_EXIT_SECONDS = 1.0

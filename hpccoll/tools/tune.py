@@ -62,11 +62,7 @@ def run_simulated(args: argparse.Namespace) -> int:
     from .results import size_range
     if args.platform is None:
         raise ValueError("--simulate needs --platform SPEC (hpccoll simulate --platforms)")
-    try:
-        engine.load()
-    except engine.SimulatorMissing as missing:
-        print(f"{args.prog}: error: {missing}", file=sys.stderr)
-        return 2
+    engine.load()                       # SimulatorMissing: one line, exit status 2
     target = build(args.platform)
     table = _existing(args.out)
     for collective in args.collectives or list(BENCH_COLLECTIVES):
