@@ -13,9 +13,10 @@ counts them); a ``sync`` step is a barrier of the node's ranks.  Transfers are S
 flows on the platform's links: alone on a path a message takes latency + bytes / bandwidth
 (the alpha-beta model); flows that share a link share its bandwidth max-min fairly.
 
-Perturbations: :class:`Pause` holds back every transfer and computation of ``k`` nodes drawn
-at random, re-drawn every ``period`` seconds (the failure experiment of "Resilient All-to-All
-Trees"); a slow rank (``Platform.slowed``) has slower links of its own.
+Perturbations: :class:`Pause` stops ``k`` nodes drawn at random from sending (their outgoing
+transfers, in flight or new, are held back), re-drawn every ``period`` seconds: the failure
+experiment of "RAT - Resilient Allreduce Tree for Distributed Machine Learning"; a slow rank
+(``Platform.slowed``) has slower links of its own.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ SPEED = 1e12            # flops per second of a host: local work of t seconds is
 
 @dataclass(frozen=True)
 class Pause:
-    """``k`` nodes paused (their transfers and computations held back), re-drawn every
-    ``period`` seconds of simulated time, from the random generator seeded by ``seed``."""
+    """``k`` nodes paused (their outgoing transfers held back), re-drawn every ``period``
+    seconds of simulated time, from the random generator seeded by ``seed``."""
 
     k: int
     period: float
@@ -131,10 +132,11 @@ class _Run:
             self.enter(rank)
 
     # ---------------------------------------------------------------- activities
-    def _watch(self, activity: Any, kind: str, ranks: tuple, after: float = 0.0) -> None:
+    def _watch(self, activity: Any, kind: str, ranks: tuple, arrival_work: float = 0.0
+               ) -> None:
         self.activities.push(activity)
-        self.owner[activity] = (kind, ranks, after)
-        if self.paused & {self.node[r] for r in ranks}:
+        self.owner[activity] = (kind, ranks, arrival_work)
+        if kind == "message" and self.node[ranks[0]] in self.paused:
             activity.suspend()
 
     def compute(self, rank: int, seconds: float, kind: str = "work") -> None:
@@ -238,20 +240,17 @@ class _Run:
             return
         src, dst = ranks
         self.finished(src)
-        if arrival_work > 0:
-            self.pending[dst] -= 1
-            self.compute(dst, arrival_work)
-            if self.pending[dst] == 0:      # nothing started (cannot happen: work > 0)
-                self.enter(dst)
-        else:
-            self.finished(dst)
+        self.compute(dst, arrival_work)     # the step goes on while there is arrival work
+        self.finished(dst)
 
     # ---------------------------------------------------------------- perturbation
     def redraw(self) -> None:
         nodes = sorted(set(self.node))
         self.paused = set(self.rng.sample(nodes, min(self.pause.k, len(nodes))))
-        for activity, (_, ranks, _) in self.owner.items():
-            hold = bool(self.paused & {self.node[r] for r in ranks})
+        for activity, (kind, ranks, _) in self.owner.items():
+            if kind != "message":
+                continue
+            hold = self.node[ranks[0]] in self.paused
             if hold and not activity.is_suspended:
                 activity.suspend()
             elif not hold and activity.is_suspended:

@@ -73,9 +73,9 @@ class Result:
     model_us: float | None = None     # hpccoll simulate: the cost model's prediction
 
 
-def plot(results: list[Result], path: str) -> None:
-    """Bus bandwidth and time against message size, one line per algorithm (native dashed);
-    needs matplotlib (the ``plot`` extra)."""
+def plot(results: list[Result], path: str, title: str | None = None) -> None:
+    """Bus bandwidth and time against message size, one line per algorithm (native dashed),
+    under ``title`` (default: bench's); needs matplotlib (the ``plot`` extra)."""
     try:
         import matplotlib
     except ImportError:
@@ -97,7 +97,8 @@ def plot(results: list[Result], path: str) -> None:
         axis.grid(True, which="both", alpha=0.3)
     lat.set_yscale("log")
     bw.legend(fontsize=8)
-    fig.suptitle(f"hpccoll bench {first.collective}: {first.ranks} ranks, {first.dtype}")
+    fig.suptitle(title or f"hpccoll bench {first.collective}: {first.ranks} ranks, "
+                          f"{first.dtype}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -68,7 +68,8 @@ def add_parser(subparsers: Any) -> None:
                        help="MIN:MAX[:FACTOR] (default 1K:64M:4)")
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
     parser.add_argument("--pause", type=pause_spec, metavar="k=K,period=SECONDS[,seed=S]",
-                        help="k nodes paused (transfers held back), re-drawn every period")
+                        help="k nodes stop sending (their transfers held back), re-drawn every "
+                             "period")
     parser.add_argument("--slow-rank", type=slow_rank, metavar="RANK:FACTOR",
                         help="this rank's own links FACTOR times slower")
     parser.add_argument("--flat", action="store_true",
@@ -183,5 +184,6 @@ def run(args: argparse.Namespace) -> int:
                 "date": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_json(args.json, meta, results)
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, f"hpccoll simulate {args.collective}: {target.ranks} ranks "
+                                 f"on {args.platform}, {args.dtype}")
     return 0

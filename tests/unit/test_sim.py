@@ -242,10 +242,11 @@ def hpccoll(*args, env=None):
 
 
 def test_simulate_command_table_json_and_report(simgrid, tmp_path):
-    out = tmp_path / "sim.json"
+    out, picture = tmp_path / "sim.json", tmp_path / "sim.png"
     done = hpccoll("simulate", "allgather", "-a", "ring,multiring", "--platform",
-                   "fullmesh:n=8", "-m", "1K:16M:16", "--json", str(out))
+                   "fullmesh:n=8", "-m", "1K:16M:16", "--json", str(out), "--plot", str(picture))
     assert done.returncode == 0, done.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [l.split() for l in done.stdout.splitlines() if l and not l.startswith("#")]
     assert [(int(r[0]), r[1]) for r in rows] == [(s, n) for s in (1024, 16384, 262144, 4194304)
                                                  for n in ("ring", "multiring")]
