@@ -30,6 +30,7 @@ the switched fabrics.
 
 from __future__ import annotations
 
+import random
 import re
 from decimal import Decimal
 from dataclasses import dataclass, field
@@ -141,10 +142,21 @@ class Platform:
         routes) ``factor`` times slower."""
         own = {i for peer in range(self.ranks) if peer != rank
                for i in (self.route(rank, peer)[0], self.route(peer, rank)[-1])}
-        links = [NetLink(l.name, l.bandwidth / factor, l.latency) if i in own else l
+        return self._slower(own, factor, "slow rank", f"{rank} x{factor:g}")
+
+    def with_slow_links(self, count: int, factor: float, seed: int = 0) -> "Platform":
+        """The platform with ``count`` links drawn at random (``seed``) ``factor`` times
+        slower for the whole run."""
+        chosen = random.Random(seed).sample(range(len(self.links)), min(count, len(self.links)))
+        names = [self.links[i].name for i in sorted(chosen)]
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        return self._slower(set(chosen), factor, "slow links", f"{shown} x{factor:g}")
+
+    def _slower(self, indices: set[int], factor: float, what: str, note: str) -> "Platform":
+        links = [NetLink(l.name, l.bandwidth / factor, l.latency) if i in indices else l
                  for i, l in enumerate(self.links)]
         return Platform(self.spec, links, self.route, self.topology, self.machine,
-                        {**self.notes, "slow rank": f"{rank} x{factor:g}"})
+                        {**self.notes, what: note})
 
 
 class _Links:

@@ -50,6 +50,20 @@ def slow_rank(text: str) -> tuple[int, float]:
     return int(rank), value
 
 
+def slow_links(text: str) -> tuple[int, float, int]:
+    """'COUNT:FACTOR[:SEED]' -> (count >= 1, factor >= 1, seed)."""
+    count, _, rest = text.partition(":")
+    factor, _, seed = rest.partition(":")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = 0.0
+    if not count.isdigit() or int(count) < 1 or value < 1 or not (seed or "0").isdigit():
+        raise argparse.ArgumentTypeError(f"bad --slow-links {text!r}: COUNT:FACTOR[:SEED], "
+                                         "COUNT >= 1, FACTOR >= 1")
+    return int(count), value, int(seed or 0)
+
+
 def add_parser(subparsers: Any) -> None:
     """``hpccoll simulate`` on the ``hpccoll`` parser's subparsers."""
     parser = subparsers.add_parser(
@@ -72,6 +86,8 @@ def add_parser(subparsers: Any) -> None:
                              "period")
     parser.add_argument("--slow-rank", type=slow_rank, metavar="RANK:FACTOR",
                         help="this rank's own links FACTOR times slower")
+    parser.add_argument("--slow-links", type=slow_links, metavar="COUNT:FACTOR[:SEED]",
+                        help="COUNT links drawn at random FACTOR times slower all along")
     parser.add_argument("--flat", action="store_true",
                         help="plan the schedules as if every rank were on one node (the "
                              "topology-blind ones) on the platform's real links")
@@ -156,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
         if rank >= target.ranks:
             raise ValueError(f"--slow-rank {rank}: the platform has {target.ranks} ranks")
         target = target.slowed(rank, factor)
+    if args.slow_links is not None:
+        target = target.with_slow_links(*args.slow_links)
     names = algorithms_for(args.collective, args.algorithms, target)
     sizes = [args.bytes] if args.bytes is not None else size_range(args.sizes)
     results = simulate(args.collective, names, target, sizes, args.dtype, args.pause,

@@ -136,6 +136,18 @@ def test_slowed_rank_slows_its_own_links_only():
     assert slow.links[p.route(2, 0)[0]].bandwidth == p.links[0].bandwidth / 4
 
 
+def test_slow_links_are_drawn_by_seed():
+    p = build("spineleaf:leaves=2,hosts=4")
+    slow = p.with_slow_links(3, 5.0, seed=4)
+    changed = [i for i, (l, m) in enumerate(zip(p.links, slow.links))
+               if m.bandwidth == l.bandwidth / 5]
+    assert len(changed) == 3 and all(l.bandwidth == m.bandwidth for i, (l, m) in
+                                     enumerate(zip(p.links, slow.links)) if i not in changed)
+    assert changed == [i for i, (l, m) in enumerate(zip(p.links, p.with_slow_links(
+        3, 5.0, seed=4).links)) if m.bandwidth != l.bandwidth]             # same seed, same
+    assert all(p.links[i].name in slow.notes["slow links"] for i in changed)
+
+
 # ------------------------------------------------------------------------------ replay
 
 VALIDATED = [   # (platform, collective, algorithm): no two flows share a link
@@ -210,6 +222,17 @@ def test_slow_rank_slows_every_step_of_the_ring(simgrid):
     assert slow == pytest.approx(fast + 3 * 3 * (1 << 22) / 450e9 * 1e6, rel=1e-4)
 
 
+def test_every_link_slower_slows_every_transfer(simgrid):
+    """All links of a 4-GPU switch 2x slower: each of the ring's 3 steps moves its 4 MiB block
+    at 225 GB/s instead of 450, 3 x (4 MiB / 450 GB/s) more in all; nothing else changes."""
+    from hpccoll.tools.simulate import simulate
+    p = build("switch:n=4")
+    fast = simulate("allgather", ["ring"], p, [1 << 22], "float32")[0].time_us
+    slow = simulate("allgather", ["ring"], p.with_slow_links(len(p.links), 2.0), [1 << 22],
+                    "float32")[0].time_us
+    assert slow == pytest.approx(fast + 3 * (1 << 22) / 450e9 * 1e6, rel=1e-4)
+
+
 @pytest.mark.parametrize("collective", BENCH_COLLECTIVES)
 def test_every_algorithm_replays_to_its_end(simgrid, collective):
     """Every registered algorithm that applies, on an uneven 2 x 3 cluster: the replay ends
@@ -280,7 +303,8 @@ def test_simulate_command_errors_and_listing(simgrid):
     for args, message in [(["allreduce", "--platform", "torus:n=4"], "unknown platform kind"),
                           (["allreduce", "-a", "native"], "classic algorithm"),
                           (["allreduce", "--pause", "k=2"], "period"),
-                          (["allreduce", "--slow-rank", "9:2"], "has 8 ranks")]:
+                          (["allreduce", "--slow-rank", "9:2"], "has 8 ranks"),
+                          (["allreduce", "--slow-links", "2:0.5"], "FACTOR >= 1")]:
         done = hpccoll("simulate", *args)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1
