@@ -1,0 +1,13 @@
+"""Scaling studies in a network simulator: the planners' schedules replayed in SimGrid.
+
+- :mod:`.platform`: machines described in Python from a ``KIND:key=value`` spec (fullmesh,
+  switch, cluster, spineleaf, fattree): links, routes, the topology the planners see and the
+  cost model's machine of the same links.
+- :mod:`.replay`: every rank's program as simulated flows and computation, with paused nodes;
+  :func:`~hpccoll.sim.replay.simulate`.
+- :mod:`.engine`: finding SimGrid (the ``sim`` extra, ``scripts/install-sim.sh``) and running
+  each simulation in a process of its own.
+
+``hpccoll simulate`` and ``hpccoll tune --simulate`` (:mod:`hpccoll.tools.simulate`) are the
+command-line front.  Nothing here imports MPI.
+"""
