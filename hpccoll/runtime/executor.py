@@ -23,6 +23,7 @@ only while it is configured: the plain loop has none of it.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import OrderedDict
@@ -33,14 +34,15 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..schedule import RECV, SCRATCH, SEND, WINDOW, Copy, LocalOp, Program, Region, Step
-from . import buffers, device, kernels
-from .ops import CopyOp, DeviceCopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops
-from . import abandoned
-from .progress import Guard, past, poll, timeout
+from ..schedule import (RECV, SCRATCH, SEND, WINDOW, LocalOp, Program, Recv, Region, Send,
+                        Step)
+from . import abandoned, buffers, device, kernels, scheduled
+from .ops import CopyOp, DeviceCopyOp, MoveOp, Op, ReduceOp, RowsOp, run_ops, terms
+from .progress import Guard, idle_polls, past, poll, timeout
 from .window import NodeWindow
 
 BINDINGS_PER_PLAN = 4
+Transfer = Send | Recv
 _test_some = MPI.Request.Testsome
 
 
@@ -52,6 +54,8 @@ class _CompiledStep:
     packs: list[MoveOp]                   # packing before the sends start
     local: list[Op]
     arrivals: dict[int, list[Op]]         # request index -> ops on arrival
+    messages: list[tuple[tuple[str, Transfer], int | None]]   # per request: ('from'|'to',
+    #                                       the transfer), where packed in staging (or None)
     posted: list[tuple[int, int]]         # receive-buffer regions its local work writes
     arrived: list[tuple[int, int]]        # ... and those its receives and arrivals write
     sync: bool = False                    # a node barrier over the shared window
@@ -123,8 +127,11 @@ class Binding:
     def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any,
                  tags: tuple[int, int, int], window: NodeWindow | None):
         self.plan = plan
+        self.comm = comm
         self.busy = False
         self.transient = False
+        self.uses = 0
+        self.runner: scheduled.Runner | None = None     # the compiled executor's, once made
         self.memory_kind = memory = buffers.kind(recv)
         dtype = plan.dtype
         self.views = {SEND: buffers.empty(memory, 0, dtype) if send is None else
@@ -149,6 +156,16 @@ class Binding:
             self.steps_by_parity.append([self._compile(comm, i, step, tags)
                                          for i, step in plan.steps])
 
+    def compiled(self, reduction: kernels.Reduction | None, guard: Guard
+                 ) -> scheduled.Runner | None:
+        """The runner of this binding on the compiled executor, made at its second use where
+        one can run it (:func:`.scheduled.runs`); None: the Python executor runs it."""
+        self.uses += 1
+        if self.uses == 2 and scheduled.runs(self, reduction):
+            self.runner = scheduled.Runner(self, reduction and reduction.op, self.comm,
+                                           guard.notice_tag)
+        return self.runner
+
     def alive(self) -> bool:
         return self.send_owner() is not None and self.recv_owner() is not None and \
             (self.window is None or self.window.generation == self.generation)
@@ -159,49 +176,39 @@ class Binding:
     def _compile(self, comm: MPI.Comm, index: int, step: Step,
                  tags: tuple[int, int, int]) -> _CompiledStep:
         if step.sync:
-            return _CompiledStep(index, [], [], [], [], {}, [], [], sync=True)
+            return _CompiledStep(index, [], [], [], [], {}, [], [], [], sync=True)
         base, span, shift = tags
         tag = base + (shift + index) % span
-        at = 0
+        messages = _messages(step)
         requests, peers, packs, arrivals = [], [], [], {}
-        for recv in step.recvs:
-            if len(recv.regions) == 1:
-                into, unpack = self.view(recv.regions[0]), []
+        for i, ((way, transfer), packed_at) in enumerate(messages):
+            if packed_at is None:
+                buffer, ops = self.view(transfer.regions[0]), []
             else:
-                into = self.staging[at:at + recv.count]
-                unpack = [self._pack_op(into, recv.regions, gather=False)]
-                at += recv.count
-            ops = unpack + [self._op(op) for op in recv.on_arrival]
-            if ops:
-                arrivals[len(requests)] = ops
-            requests.append(comm.Recv_init(buffers.mpi_buffer(into, self.mpi_type), recv.peer, tag))
-            peers.append(("from", recv.peer))
-        for send in step.sends:
-            if len(send.regions) == 1:
-                out = self.view(send.regions[0])
+                buffer = self.staging[packed_at:packed_at + transfer.count]
+                ops = [self._pack_op(buffer, transfer.regions, gather=way == "to")]
+            if way == "from":
+                ops += [self._op(op) for op in transfer.on_arrival]
+                if ops:
+                    arrivals[i] = ops
+                requests.append(comm.Recv_init(buffers.mpi_buffer(buffer, self.mpi_type),
+                                               transfer.peer, tag))
             else:
-                out = self.staging[at:at + send.count]
-                packs.append(self._pack_op(out, send.regions, gather=True))
-                at += send.count
-            requests.append(comm.Send_init(buffers.mpi_buffer(out, self.mpi_type), send.peer, tag))
-            peers.append(("to", send.peer))
+                packs += ops
+                requests.append(comm.Send_init(buffers.mpi_buffer(buffer, self.mpi_type),
+                                               transfer.peer, tag))
+            peers.append((way, transfer.peer))
         return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
-                             arrivals, *_results(step))
+                             arrivals, messages, *_results(step))
 
     def _op(self, op: LocalOp) -> Op:
         copy = CopyOp if self.memory_kind == buffers.HOST else DeviceCopyOp
-        if isinstance(op, Copy):
-            return copy(self.view(op.dst), self.view(op.src))
-        if len(op.srcs) == 1:                                # a reduction of one term
-            return copy(self.view(op.dst), self.view(op.srcs[0]))
-        srcs = op.srcs             # in the planner's order: every rank gets the same bits
-        if op.dst in srcs[2:]:     # (NaN payloads, signed zeros); the accumulator first
-            srcs = sorted(srcs, key=lambda r: r != op.dst)
+        srcs, stride = terms(op)
+        if len(srcs) == 1:
+            return copy(self.view(op.dst), self.view(srcs[0]))
         views = tuple(self.view(r) for r in srcs)
-        stride = _stride(op.srcs)
-        if stride is not None and op.dst not in op.srcs and self.memory_kind == buffers.HOST:
-            first = op.srcs[0]
-            flat = self.views[first.buffer][first.offset:op.srcs[-1].stop]
+        if stride is not None and self.memory_kind == buffers.HOST:
+            flat = self.views[srcs[0].buffer][srcs[0].offset:srcs[-1].stop]
             return RowsOp(self.view(op.dst), views, flat, stride)
         return ReduceOp(self.view(op.dst), views)
 
@@ -242,20 +249,20 @@ class Binding:
             if request != MPI.REQUEST_NULL:
                 request.Free()
         self.steps_by_parity = [[]]
+        self.runner = None
 
 
-def _stride(regions: tuple[Region, ...]) -> int | None:
-    """The common distance between equally sized regions of one buffer laid out at a fixed
-    stride (a one-pass row reduction applies), or None."""
-    first = regions[0]
-    if len(regions) < 3 or any(r.buffer != first.buffer or r.count != first.count
-                               for r in regions):
-        return None
-    stride = regions[1].offset - first.offset
-    if stride < first.count or any(b.offset - a.offset != stride
-                                   for a, b in zip(regions, regions[1:])):
-        return None
-    return stride
+def _messages(step: Step) -> list[tuple[tuple[str, Transfer], int | None]]:
+    """A step's transfers in the order of its requests (receives first), each with where it
+    is packed in the staging buffer: None for a message of one region (sent from, or received
+    into, its place)."""
+    messages, at = [], 0
+    for way, transfers in (("from", step.recvs), ("to", step.sends)):
+        for transfer in transfers:
+            messages.append(((way, transfer), None if len(transfer.regions) == 1 else at))
+            if len(transfer.regions) > 1:
+                at += transfer.count
+    return messages
 
 
 def _results(step: Step) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -272,6 +279,10 @@ def _alive() -> bool:
     return True
 
 
+def _nothing() -> None:
+    pass
+
+
 class Operation:
     """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
     ``test`` advances as far as it can without blocking.  ``memory``: the user's arrays,
@@ -279,7 +290,7 @@ class Operation:
     context, which is revoked if the operation fails (see the module doc)."""
 
     __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "position", "deadline",
-                 "limit", "done", "steps", "pending", "tested")
+                 "limit", "done", "steps", "pending", "tested", "runner")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
                  on_done: Callable[[], None], memory: tuple, guard: Guard):
@@ -293,6 +304,7 @@ class Operation:
         self.deadline: float | None = None
         self.done = False
         self.tested: set[int] | None = None     # the current step's receives test() handled
+        self.runner: scheduled.Runner | None = None     # where the compiled executor runs it
 
     def start(self) -> "Operation":
         binding = self.binding
@@ -300,10 +312,70 @@ class Operation:
         window = binding.window
         self.steps = binding.steps_by_parity[window.flip() if window is not None else 0]
         try:
-            self._post()
+            runner = binding.compiled(self.reduce, self.guard) \
+                if settings.current.stall is None else None
+            if runner is None:
+                self._post()
+            else:
+                self.runner = runner
+                self._ran(runner.function(runner.send, runner.recv, runner.state,
+                                          runner.handles, 0))
         except BaseException as error:
             raise self._fail(error) from None
         return self
+
+    @classmethod
+    def resume(cls, runner: scheduled.Runner, code: int, reduce: kernels.Reduction | None,
+               memory: tuple, guard: Guard) -> "Operation":
+        """The operation of a run that ``runner``'s function began outside one and left with
+        ``code`` (not :data:`~.scheduled.DONE`): it takes over the binding."""
+        operation = cls(runner.binding, reduce, _nothing, memory, guard)
+        runner.binding.busy = True
+        operation.steps = runner.binding.steps_by_parity[0]
+        operation.runner = runner
+        try:
+            operation._ran(code)
+        except BaseException as error:
+            raise operation._fail(error) from None
+        return operation
+
+    def _ran(self, code: int) -> None:
+        """Where the compiled function left the run: pending at a step, done, failed."""
+        if code == scheduled.PENDING:
+            self.position = self.runner.step()
+            return
+        if code == scheduled.FAILED:
+            self.position = self.runner.step()
+            raise self.runner.error()
+        self._finish(notices=False)
+        if code == scheduled.NOTICE:
+            raise self.guard.notice()
+
+    def _run_compiled(self, polls: int) -> None:
+        """Run with the compiled function until done, yielding the core between its calls
+        once it has polled ``polls`` times, with the deadline and notices checked here."""
+        runner = self.runner
+        function, send, recv, state, handles = \
+            runner.function, runner.send, runner.recv, runner.state, runner.handles
+        code = function(send, recv, state, handles, polls)
+        spins = 0
+        while code == scheduled.PENDING:
+            spins += 1
+            if spins % 64 == 0:
+                self._check_compiled()
+            os.sched_yield()
+            code = function(send, recv, state, handles, 1)
+        self._ran(code)
+
+    def _check_compiled(self) -> None:
+        """CollectiveTimeout past the current step's deadline, or another rank's notice."""
+        runner = self.runner
+        self.position = runner.step()
+        if self.limit is not None and MPI.Wtime() - runner.started() > self.limit:
+            plan = self.binding.plan
+            raise _timeout(plan.label, self.steps[self.position], len(plan.program.steps))
+        if self.guard.interrupted():
+            raise self.guard.notice()
 
     def _post(self) -> None:
         """Post the current step (and run through steps that only compute)."""
@@ -345,6 +417,8 @@ class Operation:
     def wait(self) -> None:
         steps = self.steps
         try:
+            if self.runner is not None and not self.done:
+                self._run_compiled(idle_polls())
             while not self.done:
                 self._complete(steps[self.position])
         except BaseException as error:
@@ -377,6 +451,14 @@ class Operation:
             raise self._fail(error) from None
 
     def _test(self) -> bool:
+        runner = self.runner
+        if runner is not None and not self.done:
+            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 1)
+            if code == scheduled.PENDING:
+                self._check_compiled()
+                return False
+            self._ran(code)
+            return True
         steps = self.steps
         while not self.done:
             step = steps[self.position]
@@ -435,6 +517,8 @@ class Operation:
         self.done = True
         binding = self.binding
         binding.busy = False
+        if self.runner is not None:
+            self.position = self.runner.step()
         plan = binding.plan
         for key, cached in list(plan.bindings.items()):
             if cached is binding:
@@ -448,16 +532,23 @@ class Operation:
                 [i for i, (way, _) in enumerate(step.peers) if way == "from"]
             abandoned.cancel_receives(step.requests if step else [], receives)
         binding.steps_by_parity = [[]]     # never started again
+        binding.runner = None
         abandoned.hold(plan.label, requests, binding, self.memory)
         return self.guard.fail(error)
 
-    def _finish(self) -> None:
+    def _finish(self, notices: bool = True) -> None:
+        """Done: the binding free again, ``on_done``; then (``notices``: unless the compiled
+        function just probed) CommunicatorRevoked if another rank's notice came meanwhile."""
         self.done = True
-        self.binding.busy = False
-        if self.binding.transient:
-            self.binding.free()
+        binding = self.binding
+        binding.busy = False
+        if self.runner is not None and notices:
+            self.runner.rewind()            # finished here, not by the compiled function
+        if binding.transient:
+            binding.free()
         self.on_done()
-        self.guard.check_notices()
+        if notices:
+            self.guard.check_notices()
 
 
 def _timeout(label: str, step: _CompiledStep, steps: int) -> BaseException:

@@ -87,7 +87,37 @@ def _jit() -> Callable:
         scalar = _jitted(op.literal_value)
         return lambda op, x, y: scalar(x, y)
 
+    @overload(reduce_pair, prefer_literal=True)
+    def _typed_reduce_pair(op, dst, a, b):
+        return reduce_pair
+
+    @overload(reduce_strided, prefer_literal=True)
+    def _typed_reduce_strided(op, dst, flat, stride, p):
+        return reduce_strided
+
     return njit(cache=True, nogil=True)
+
+
+def reduce_pair(op, dst, a, b):
+    """``dst[i] = a[i] op b[i]``: the body of the pairwise kernels, callable from compiled
+    code with ``op`` a constant there (:func:`_jit` registers it; Numba wants the typing's
+    signature unannotated)."""
+    for i in range(dst.size):
+        dst[i] = _combine(op, a[i], b[i])
+
+
+def reduce_strided(op, dst, flat, stride, p):
+    """The body of the row kernels (:func:`row_kernels`), callable as :func:`reduce_pair`."""
+    chunk = max(256, 16384 // dst.itemsize)
+    for j0 in range(0, dst.size, chunk):
+        m = min(chunk, dst.size - j0)
+        d, a = dst[j0:j0 + m], flat[j0:j0 + m]
+        for j in range(m):
+            d[j] = a[j]
+        for i in range(1, p):
+            s = flat[i * stride + j0:i * stride + j0 + m]
+            for j in range(m):
+                d[j] = _combine(op, d[j], s[j])
 
 
 def _pairwise(op: str) -> Reducer:
@@ -95,8 +125,7 @@ def _pairwise(op: str) -> Reducer:
 
     @_jit()
     def pairwise(dst, a, b):
-        for i in range(dst.size):
-            dst[i] = _combine(op, a[i], b[i])
+        reduce_pair(op, dst, a, b)
     return pairwise
 
 
@@ -105,16 +134,7 @@ def _rows(op: str) -> Callable:
 
     @_jit()
     def rows(dst, flat, stride, p):
-        chunk = max(256, 16384 // dst.itemsize)
-        for j0 in range(0, dst.size, chunk):
-            m = min(chunk, dst.size - j0)
-            d, a = dst[j0:j0 + m], flat[j0:j0 + m]
-            for j in range(m):
-                d[j] = a[j]
-            for i in range(1, p):
-                s = flat[i * stride + j0:i * stride + j0 + m]
-                for j in range(m):
-                    d[j] = _combine(op, d[j], s[j])
+        reduce_strided(op, dst, flat, stride, p)
     return rows
 
 
@@ -172,16 +192,19 @@ def reducer(op: str, dtype: np.dtype) -> Reducer:
 class Reduction:
     """How the executor reduces with one op on one dtype: ``pair(dst, a, b)``, and ``rows(dst,
     flat, stride, p)`` over p equally spaced sources in one pass where a kernel exists (see
-    :func:`row_kernels`; None for float16 and device arrays)."""
+    :func:`row_kernels`; None for float16 and device arrays), and ``op`` for compiled code
+    (None where it has no kernel: float16, device arrays)."""
 
     pair: Reducer
     rows: Callable | None = None
+    op: str | None = None       # the op's name where compiled code can reduce with it
 
 
 def reduction(op: str, dtype: np.dtype) -> Reduction:
     """The host :class:`Reduction` of ``op`` on ``dtype``."""
-    rows = None if np.dtype(dtype) == np.float16 else row_kernels()[op]
-    return Reduction(reducer(op, dtype), rows)
+    if np.dtype(dtype) == np.float16:
+        return Reduction(reducer(op, dtype))
+    return Reduction(reducer(op, dtype), row_kernels()[op], op)
 
 
 # Mean bytes per block from which one slice copy (memcpy) per block beats the word loop, by the

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..schedule import Copy, LocalOp, Region
 from . import device, kernels
 
 
@@ -80,6 +81,32 @@ class MoveOp:
 
 
 Op = CopyOp | DeviceCopyOp | ReduceOp | RowsOp | MoveOp
+
+
+def terms(op: LocalOp) -> tuple[tuple[Region, ...], int | None]:
+    """The sources of a local operation in the order they are combined (one: a copy), and
+    the stride of a one-pass row reduction where one applies (:func:`_stride`, the
+    destination not among the sources), else None."""
+    if isinstance(op, Copy):
+        return (op.src,), None
+    srcs = op.srcs             # in the planner's order: every rank gets the same bits
+    if op.dst in srcs[2:]:     # (NaN payloads, signed zeros); the accumulator first
+        srcs = tuple(sorted(srcs, key=lambda r: r != op.dst))
+    return srcs, None if op.dst in op.srcs else _stride(op.srcs)
+
+
+def _stride(regions: tuple[Region, ...]) -> int | None:
+    """The common distance between equally sized regions of one buffer laid out at a fixed
+    stride (a one-pass row reduction applies), or None."""
+    first = regions[0]
+    if len(regions) < 3 or any(r.buffer != first.buffer or r.count != first.count
+                               for r in regions):
+        return None
+    stride = regions[1].offset - first.offset
+    if stride < first.count or any(b.offset - a.offset != stride
+                                   for a, b in zip(regions, regions[1:])):
+        return None
+    return stride
 
 
 def _reduce_pairwise(reduction: kernels.Reduction, dst: Any, srcs: tuple[Any, ...]) -> None:

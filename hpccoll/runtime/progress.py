@@ -49,6 +49,8 @@ class CommunicatorRevoked(CollectiveError):
 class Guard(Protocol):
     """What watches a communicator's waits (:class:`hpccoll.context.Context`)."""
 
+    notice_tag: int         # the tag of revocation notices (compiled code probes for them)
+
     def interrupted(self) -> bool:
         """Whether another rank has revoked the communicator (cheap: polled while waiting)."""
 

@@ -77,7 +77,7 @@ def test_repeats_give_right_results_whatever_changes(mpi_ranks, comm):
     NumPy's."""
     import hpccoll
     from hpccoll import api
-    from hpccoll.runtime import native
+    from hpccoll.runtime import libmpi
     p, r = comm.size, comm.rank
     seed = iter(range(10_000))
 
@@ -99,7 +99,7 @@ def test_repeats_give_right_results_whatever_changes(mpi_ranks, comm):
             for op in ops:
                 for _ in range(3):                              # the same arrays, new data
                     check(collective, send, recv, n, "float32", op, algorithm)
-            if algorithm == "native" and native.available():
+            if algorithm == "native" and libmpi.available():
                 assert api._last_calls[collective].prepared.compiled is not None
             for _ in range(2):                                  # new arrays every call
                 send = np.empty_like(send)
@@ -201,72 +201,85 @@ def test_bad_buffers_on_a_repeat_raise_before_sending(mpi_ranks, comm):
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
 def test_failure_model_on_the_compiled_executor(mpi_ranks, comm):
-    """On native repeats (the compiled executor): a late peer within the deadline gives the
-    right result; the last rank skipping a call makes the others raise CollectiveTimeout (or
+    """On repeats run by the compiled executors (native; ring and recursive doubling on the
+    scheduled one), 16 B and 1 MiB: a late peer within the deadline gives the right result;
+    the last rank skipping a call makes the others raise CollectiveTimeout (or
     CommunicatorRevoked from a peer's notice), the receive buffer held while MPI may write
-    it, every later call raises CommunicatorRevoked, and after recover() the right sums."""
+    it (a scheduled call's receives are cancelled: held while a send is pending, as a
+    1 MiB one to the absent rank at 2 ranks), every later call raises CommunicatorRevoked, and after recover() the right sums."""
     import hpccoll
-    from hpccoll.runtime import abandoned
+    from hpccoll import api
+    from hpccoll.runtime import abandoned, libmpi
     p, r = comm.size, comm.rank
     right = p * (p + 1) / 2
-    x = np.full(2, r + 1.0)
-    y = np.zeros(2)
-    hpccoll.allreduce(comm, x, y, algorithm="native")
-    previous = hpccoll.configure(timeout=1)
-    try:
-        for _ in range(3):
-            if r == p - 1:
-                time.sleep(0.3)                         # late, within the deadline
-            y[:] = -1
-            hpccoll.allreduce(comm, x, y, algorithm="native")
-            assert np.all(y == right)
-        if r == p - 1:
-            time.sleep(1.5)                             # skips the call
-        else:
-            with pytest.raises((hpccoll.CollectiveTimeout, hpccoll.CommunicatorRevoked)) as error:
-                hpccoll.allreduce(comm, x, y, algorithm="native")
-            if isinstance(error.value, hpccoll.CollectiveTimeout):
-                assert "allreduce/native" in str(error.value)
-                kept = weakref.ref(y)
-                y = np.zeros(2)
-                gc.collect()
-                assert kept() is not None and "allreduce/native" in abandoned.held()
-            with pytest.raises(hpccoll.CommunicatorRevoked, match="recover"):
-                hpccoll.allreduce(comm, x, y, algorithm="native")
-        hpccoll.recover(comm)
-        for k in (1.0, 2.0):
-            x[:] = k * (r + 1)
-            y[:] = -1
-            hpccoll.allreduce(comm, x, y, algorithm="native")
-            assert np.all(y == k * right), (k, y)
-    finally:
-        hpccoll.configure(**vars(previous))
+    for algorithm in ("native", "ring", "recursive_doubling"):
+        for n in (2, 131072):
+            x = np.full(n, r + 1.0)
+            y = np.zeros(n)
+            for _ in range(3):
+                hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            last = api._last_calls["allreduce"]
+            assert libmpi.available() <= ((last.compiled if algorithm == "native" else
+                                           last.runner) is not None)
+            previous = hpccoll.configure(timeout=1)
+            try:
+                for _ in range(3):
+                    if r == p - 1:
+                        time.sleep(0.3)                         # late, within the deadline
+                    y[:] = -1
+                    hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                    assert np.all(y == right)
+                label = f"allreduce/{algorithm}"
+                if r == p - 1:
+                    time.sleep(1.5)                             # skips the call
+                else:
+                    with pytest.raises((hpccoll.CollectiveTimeout,
+                                        hpccoll.CommunicatorRevoked)) as error:
+                        hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                    if isinstance(error.value, hpccoll.CollectiveTimeout):
+                        assert label in str(error.value)
+                        kept = weakref.ref(y)
+                        y = np.zeros(n)
+                        gc.collect()
+                        if algorithm == "native" or n > 2 and p == 2:
+                            assert kept() is not None and label in abandoned.held()
+                    with pytest.raises(hpccoll.CommunicatorRevoked, match="recover"):
+                        hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                hpccoll.recover(comm)
+                for k in (1.0, 2.0, 3.0):
+                    x[:] = k * (r + 1)
+                    y[:] = -1
+                    hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                    assert np.all(y == k * right), (k, y)
+            finally:
+                hpccoll.configure(**vars(previous))
 
 
 @pytest.mark.mpi(ranks=[2], timeout=300)
 def test_revocation_notice_reaches_a_compiled_wait(mpi_ranks, comm):
-    """Rank 0 revokes (its scheduled call times out while rank 1 waits in a native repeat
-    that rank 0 never joins): rank 1's native call raises CommunicatorRevoked naming rank 0's
-    failure, long before its own deadline."""
+    """Rank 0 revokes (its scheduled call times out while rank 1 waits in a repeat on a
+    compiled executor -- native, then ring -- that rank 0 never joins): rank 1's call raises
+    CommunicatorRevoked naming rank 0's failure, long before its own deadline."""
     import hpccoll
     p, r = comm.size, comm.rank
-    x = np.full(2, r + 1.0)
-    y = np.zeros(2)
-    hpccoll.allreduce(comm, x, y, algorithm="native")
-    hpccoll.allreduce(comm, x, y, algorithm="ring")
-    previous = hpccoll.configure(timeout=30 if r else 0.5)
-    try:
-        began = time.monotonic()
-        if r == 0:
-            with pytest.raises(hpccoll.CollectiveTimeout):
-                hpccoll.allgather(comm, x, np.zeros(2 * p), algorithm="ring")
-        else:
-            with pytest.raises(hpccoll.CommunicatorRevoked, match="revoked by rank 0"):
-                hpccoll.allreduce(comm, x, y, algorithm="native")
-            assert time.monotonic() - began < 20
-        comm.Barrier()
-        hpccoll.recover(comm)
-        hpccoll.allreduce(comm, x, y, algorithm="native")
-        assert np.all(y == 3.0)
-    finally:
-        hpccoll.configure(**vars(previous))
+    for algorithm in ("native", "ring"):
+        x = np.full(65536, r + 1.0)
+        y = np.zeros(65536)
+        for _ in range(3):
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+        previous = hpccoll.configure(timeout=30 if r else 0.5)
+        try:
+            began = time.monotonic()
+            if r == 0:
+                with pytest.raises(hpccoll.CollectiveTimeout):
+                    hpccoll.allgather(comm, x, np.zeros(65536 * p), algorithm="ring")
+            else:
+                with pytest.raises(hpccoll.CommunicatorRevoked, match="revoked by rank 0"):
+                    hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                assert time.monotonic() - began < 20
+            comm.Barrier()
+            hpccoll.recover(comm)
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            assert np.all(y == 3.0)
+        finally:
+            hpccoll.configure(**vars(previous))

@@ -1,0 +1,276 @@
+"""A bound schedule run from compiled code: the fast executor of the scheduled algorithms.
+
+A :class:`~.executor.Binding` used a second time (a repeated call on the same buffers, a
+persistent request's second start) gets a :class:`Runner`: its steps as tables in one int64
+array -- per step its persistent requests, packing, local work and per-request work on
+arrival; the work as copy, pairwise-reduction and one-pass row-reduction records over raw
+addresses -- and one Numba-compiled function (:func:`_compiled`) that runs them: it packs,
+calls ``MPI_Startall`` on the step's requests (the handles mpi4py made, through the
+library's function pointers, :mod:`.libmpi`), does the step's local work, polls
+``MPI_Testsome`` and does each arrival's work as it lands, then the next step, all without
+returning to Python; at the end it probes for a revocation notice as the other executor's
+operations do.
+
+Deadlines and failures stay with :class:`~.executor.Operation`: the function polls a number
+of times (as many idle polls as every wait spins before it yields the core, :mod:`.progress`)
+and returns :data:`PENDING`; the operation then yields the core between further calls of
+one poll each, checks the step's deadline (counted from the step's post, as on the other
+executor) and another rank's revocation notices, and on any failure abandons the binding as
+it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a failure are
+unchanged.  The function also checks the buffers it is given against the bound ones
+(addresses, sizes, layout, writability): a repeat on other arrays is :data:`MISMATCH`, and the
+caller binds them in Python.
+
+It runs where every piece is compiled: host memory, no shared window, a dtype Numba computes
+with (not float16; booleans only when reducing), an op with a kernel (MPI's predefined ones)
+and an MPI library :mod:`.libmpi` knows; elsewhere the Python executor runs.  The function
+is compiled per op, dtype and handle width, cached on disk (a first use in a fresh cache
+compiles for a few seconds).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..schedule import Region
+from . import buffers, libmpi, progress
+from .kernels import Reduction, reduce_pair, reduce_strided
+from .libmpi import c_double, c_int, carray_at, plain
+from .ops import terms
+
+if TYPE_CHECKING:
+    from .executor import Binding
+
+# the state array's header: where the run is, then the call's constants, the tables' places
+# and the addresses of the library's functions
+(POSITION, POSTED, REMAINING, ERROR, STEP_TIME, STEPS, SEND_AT, SEND_N, RECV_AT, RECV_N,
+ IN_PLACE, NOTICE_TAG, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE, ARRIVAL_TABLE,
+ OP_TABLE, INDICES, STATUSES, FUNCTION) = range(22)
+HEADER = FUNCTION + len(libmpi.FUNCTIONS)
+# a step's row: its requests (first, count) among the handles, its packing and local work
+REQ_FIRST, REQ_N, PACK_FIRST, PACK_END, LOCAL_FIRST, LOCAL_END = range(6)
+STEP_WORDS = 6
+# a record of work: what, where to, from where (a, b), how many elements, rows
+KIND, DST, A, B, COUNT, ROWS = range(6)
+OP_WORDS = 6
+COPY, PAIR, STRIDED = range(3)
+# what the compiled function returns
+DONE, PENDING, NOTICE, MISMATCH, FAILED = range(5)
+COMPUTABLE = "iufc"     # element kinds the compiled work handles (booleans: when reducing)
+
+
+def runs(binding: Binding, reduction: Reduction | None) -> bool:
+    """Whether a :class:`Runner` can run ``binding`` reducing with ``reduction`` (None: the
+    call reduces nothing)."""
+    dtype = binding.plan.dtype
+    return binding.window is None and binding.memory_kind == buffers.HOST and \
+        dtype != np.float16 and (dtype.kind in COMPUTABLE or dtype.kind == "b" and
+                                 reduction is not None) and \
+        (reduction is None or reduction.op is not None) and libmpi.available()
+
+
+class Runner:
+    """A binding's steps on the compiled executor: ``function(send, recv, state, handles,
+    polls)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or resumes
+    the call, polling a step ``polls`` times before it returns :data:`PENDING` (0: post the
+    first step and return)."""
+
+    __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls")
+
+    def __init__(self, binding: Binding, op: str | None, comm: MPI.Comm, notice_tag: int):
+        self.binding = binding
+        send, recv = binding.views["send"], binding.views["recv"]
+        in_place = send.size == 0
+        self.send, self.recv = (recv if in_place else send), recv
+        steps = binding.steps_by_parity[0]
+        tables, requests = _tables(binding)
+        most = max((len(step.requests) for step in steps), default=0)
+        at = HEADER
+        places = {}
+        for name, words in (("steps", len(steps) * STEP_WORDS), ("arrivals", 2 * len(requests)),
+                            ("ops", len(tables["ops"]) * OP_WORDS), ("indices", most // 2 + 1),
+                            ("statuses", most * libmpi.STATUS_WORDS)):
+            places[name], at = at, at + words
+        state = self.state = np.zeros(at, np.int64)
+        state[STEPS], state[STEP_TABLE], state[ARRIVAL_TABLE] = \
+            len(steps), places["steps"], places["arrivals"]
+        state[OP_TABLE], state[INDICES], state[STATUSES] = \
+            places["ops"], places["indices"], places["statuses"]
+        state[SEND_AT], state[SEND_N] = self.send.ctypes.data, self.send.size
+        state[RECV_AT], state[RECV_N], state[IN_PLACE] = recv.ctypes.data, recv.size, in_place
+        state[NOTICE_TAG], state[ANY_SOURCE], state[UNDEFINED] = \
+            notice_tag, MPI.ANY_SOURCE, MPI.UNDEFINED
+        state[FUNCTION:HEADER] = libmpi.addresses()
+        for name in ("steps", "arrivals", "ops"):
+            rows = np.asarray(tables[name], np.int64).reshape(-1)
+            state[places[name]:places[name] + rows.size] = rows
+        self.handles = np.array([libmpi.handle(comm), *map(libmpi.handle, requests)],
+                                libmpi.handle_dtype())
+        self.polls = progress.idle_polls()
+        self.function = _compiled(op or "sum")
+
+    def ready(self) -> bool:
+        """Whether the binding can run now: not freed or abandoned, not in use."""
+        return self.binding.runner is self and not self.binding.busy
+
+    def step(self) -> int:
+        """The step the run is at (an index into the binding's steps)."""
+        return int(self.state[POSITION])
+
+    def started(self) -> float:
+        """When the current step was posted (``MPI.Wtime``'s clock)."""
+        return self.state[STEP_TIME] / 1e9
+
+    def error(self) -> MPI.Exception:
+        """The MPI error a :data:`FAILED` run met."""
+        return MPI.Exception(int(self.state[ERROR]))
+
+    def rewind(self) -> None:
+        """Forget a run the Python executor finished (the next starts at the first step)."""
+        self.state[POSITION] = self.state[POSTED] = 0
+
+
+def _tables(binding: Binding) -> tuple[dict[str, list], list[MPI.Prequest]]:
+    """The rows of a binding's step, arrival and work tables, and its requests in order."""
+    plan = binding.plan
+    itemsize = plan.dtype.itemsize
+    base = {name: view.ctypes.data for name, view in binding.views.items()}
+    staging = binding.staging.ctypes.data
+    ops: list[tuple[int, ...]] = []
+
+    def at(region: Region) -> int:
+        return base[region.buffer] + region.offset * itemsize
+
+    def work(op: Any) -> None:
+        srcs, stride = terms(op)
+        n = op.dst.count
+        if len(srcs) == 1:
+            ops.append((COPY, at(op.dst), at(srcs[0]), 0, n, 0))
+        elif stride is not None:
+            ops.append((STRIDED, at(op.dst), at(srcs[0]), stride, n, len(srcs)))
+        else:
+            ops.append((PAIR, at(op.dst), at(srcs[0]), at(srcs[1]), n, 0))
+            ops.extend((PAIR, at(op.dst), at(op.dst), at(s), n, 0) for s in srcs[2:])
+
+    def move(regions: tuple[Region, ...], packed_at: int, gather: bool) -> None:
+        for region in regions:
+            packed = staging + packed_at * itemsize
+            ops.append((COPY, packed, at(region), 0, region.count, 0) if gather else
+                       (COPY, at(region), packed, 0, region.count, 0))
+            packed_at += region.count
+
+    steps, arrivals, requests = [], [], []
+    for compiled, (_, step) in zip(binding.steps_by_parity[0], plan.steps):
+        first = len(ops)
+        for (way, transfer), packed_at in compiled.messages:
+            if way == "to" and packed_at is not None:
+                move(transfer.regions, packed_at, gather=True)
+        packed = len(ops)
+        for op in step.local:
+            work(op)
+        steps.append((len(requests), len(compiled.requests), first, packed, packed, len(ops)))
+        for (way, transfer), packed_at in compiled.messages:
+            start = len(ops)
+            if way == "from":
+                if packed_at is not None:
+                    move(transfer.regions, packed_at, gather=False)
+                for op in transfer.on_arrival:
+                    work(op)
+            arrivals.append((start, len(ops)))
+        requests.extend(compiled.requests)
+    return {"steps": steps, "arrivals": arrivals, "ops": ops}, requests
+
+
+@lru_cache(maxsize=None)
+def _compiled(op: str) -> Any:
+    """``function(send, recv, state, handles, polls)`` reducing with ``op``, compiled (Numba
+    imported on first use); see the module doc and :class:`Runner`."""
+    from numba import njit
+    from .kernels import _jit
+    _jit()                  # registers the reduction bodies
+    libmpi.register()
+
+    @njit(cache=True)
+    def function(send, recv, state, handles, polls):
+        if recv.size != state[RECV_N] or np.int64(recv.ctypes.data) != state[RECV_AT] or \
+                not plain(recv, True):
+            return MISMATCH
+        if state[IN_PLACE] == 0 and (
+                send.size != state[SEND_N] or np.int64(send.ctypes.data) != state[SEND_AT]
+                or not plain(send, False)):
+            return MISMATCH
+        function = state[FUNCTION:HEADER]
+        comm = handles[0]
+        requests_at = np.int64(handles.ctypes.data) + handles.itemsize
+        base = np.int64(state.ctypes.data)
+        outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
+        indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
+        undefined = state[UNDEFINED]
+
+        def work(first, end):
+            for k in range(first, end):
+                row = state[OP_TABLE] + k * OP_WORDS
+                kind, n = state[row + KIND], state[row + COUNT]
+                dst = carray_at(state[row + DST], n, recv)
+                if kind == COPY:
+                    src = carray_at(state[row + A], n, recv)
+                    for i in range(n):
+                        dst[i] = src[i]
+                elif kind == PAIR:
+                    reduce_pair(op, dst, carray_at(state[row + A], n, recv),
+                                carray_at(state[row + B], n, recv))
+                else:
+                    stride, rows = state[row + B], state[row + ROWS]
+                    reduce_strided(op, dst, carray_at(state[row + A], (rows - 1) * stride + n,
+                                                      recv), stride, rows)
+
+        while state[POSITION] < state[STEPS]:
+            step = state[STEP_TABLE] + state[POSITION] * STEP_WORDS
+            first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
+            if state[POSTED] == 0:
+                work(state[step + PACK_FIRST], state[step + PACK_END])
+                if n:
+                    error = c_int(function[libmpi.STARTALL], (n, requests_at + first *
+                                                              handles.itemsize))
+                    if error:
+                        state[ERROR] = error
+                        return FAILED
+                work(state[step + LOCAL_FIRST], state[step + LOCAL_END])
+                state[POSTED], state[REMAINING] = 1, n
+                state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
+                if n and polls == 0:
+                    return PENDING
+            polled = 0
+            while state[REMAINING] > 0:
+                if polled == polls:
+                    return PENDING
+                polled += 1
+                state[OUTCOUNT] = 0
+                error = c_int(function[libmpi.TESTSOME], (n, requests_at + first *
+                                                          handles.itemsize, outcount,
+                                                          indices_at, statuses))
+                if error:
+                    state[ERROR] = error
+                    return FAILED
+                done = state[OUTCOUNT:OUTCOUNT + 1].view(np.int32)[0]
+                if done == undefined:           # none active: all completed
+                    break
+                indices = state[state[INDICES]:].view(np.int32)
+                for j in range(done):
+                    request = first + indices[j]
+                    arrival = state[ARRIVAL_TABLE] + 2 * request
+                    work(state[arrival], state[arrival + 1])
+                state[REMAINING] -= done
+            state[POSITION] += 1
+            state[POSTED] = 0
+        state[POSITION] = 0
+        state[FLAG] = 0
+        c_int(function[libmpi.IPROBE], (np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG]),
+                                         comm, flag, statuses))
+        return NOTICE if state[FLAG] else DONE
+
+    return function
