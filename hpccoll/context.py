@@ -18,6 +18,7 @@ the failed call can match.  The MPI library's own ``MPI_Comm_revoke`` is not nee
 
 from __future__ import annotations
 
+import atexit
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
@@ -172,6 +173,7 @@ class Context:
         return window
 
     def free(self) -> None:
+        _attached.pop(id(self), None)
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()
@@ -189,6 +191,16 @@ def _delete_context(comm: MPI.Comm, keyval: int, context: Context) -> None:
 
 
 _KEYVAL: int | None = None
+_attached: dict[int, MPI.Comm] = {}     # id(context) -> the user's communicator it is on
+
+
+def _free_at_exit() -> None:
+    """Free every context still attached (its plans' persistent requests, its private
+    communicator) while MPI is still initialised: run at interpreter exit, before mpi4py
+    finalises MPI, so that the library finds nothing of hpccoll's left to complain about."""
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        for comm in list(_attached.values()):
+            comm.Delete_attr(_KEYVAL)
 
 
 def existing_context(comm: MPI.Comm) -> Context | None:
@@ -206,6 +218,7 @@ def context(comm: MPI.Comm) -> Context:
     global _KEYVAL
     if _KEYVAL is None:
         _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_context)
+        atexit.register(_free_at_exit)      # after mpi4py's: runs before MPI_Finalize
     found = comm.Get_attr(_KEYVAL)
     if found is None:
         dup, request = comm.Idup()
@@ -219,6 +232,7 @@ def context(comm: MPI.Comm) -> Context:
             dup.Free()
             raise
         comm.Set_attr(_KEYVAL, found)
+        _attached[id(found)] = comm
     found.check()
     return found
 

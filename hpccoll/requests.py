@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from mpi4py import MPI
 
-from .runtime import abandoned
+from . import settings
+from .runtime import abandoned, scheduled
+from .runtime.executor import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
+from .runtime.scheduled import Runner
 
 if TYPE_CHECKING:
     from .api import Prepared
@@ -38,17 +41,24 @@ class PersistentRequest(Request):
     States as MPI's persistent requests: inactive (made, or completed) -> ``start()`` ->
     active -> ``wait()``/``test()`` True -> inactive.  ``start()`` or ``free()`` while active
     raise RuntimeError; ``wait()``/``test()`` while inactive return at once; after ``free()``
-    only ``free()`` (harmless) and ``wait()``/``test()`` are allowed."""
+    only ``free()`` (harmless) and ``wait()``/``test()`` are allowed.
+
+    Once a run has been on the compiled executor (:mod:`hpccoll.runtime.scheduled`, from the
+    second start), ``start()`` and ``wait()`` call its function directly; anything but a
+    clean completion goes to an :class:`~hpccoll.runtime.executor.Operation` (deadline,
+    notices, failure) as on the first run."""
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
         self._prepared, self._send, self._recv = prepared, sendbuf, recvbuf
         self._tags = prepared.ctx.next_tags()
         self._freed = False
+        self._runner: Runner | None = None      # the compiled executor's, once it ran there
+        self._posted = False                    # started by the runner, not yet completed
 
     @property
     def active(self) -> bool:
-        return self._operation is not None and not self._operation.done
+        return self._posted or self._operation is not None and not self._operation.done
 
     def start(self) -> None:
         if self._freed:
@@ -56,14 +66,43 @@ class PersistentRequest(Request):
         if self.active:
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
-        self._operation = self._prepared.start(self._send, self._recv, self._tags)
+        runner = self._runner
+        if runner is not None and runner.ready() and self._prepared.ctx.revoked is None and \
+                not settings.current.check and settings.current.stall is None:
+            self._operation = None
+            self._ran(runner, runner.function(runner.send, runner.recv, runner.state,
+                                              runner.handles, 0))
+            return
+        self._operation = operation = self._prepared.start(self._send, self._recv, self._tags)
+        if isinstance(operation, Operation) and not self._prepared.on_device:
+            self._runner = operation.runner     # scheduled, on the user's host arrays
 
     def test(self) -> bool:
+        if self._posted:
+            self._ran(self._runner, scheduled.PENDING, posted=False)
         return self._operation is None or self._operation.test()
 
     def wait(self) -> None:
+        if self._posted:
+            runner = self._runner
+            self._ran(runner, runner.function(runner.send, runner.recv, runner.state,
+                                              runner.handles, runner.polls), posted=False)
         if self._operation is not None:
             self._operation.wait()
+
+    def _ran(self, runner: Runner, code: int, posted: bool = True) -> None:
+        """After the runner's function returned ``code``: pending after a start (``posted``)
+        is the fast path's active state; done is done; anything else continues in (or
+        raises from) an operation."""
+        binding = runner.binding
+        if code == scheduled.PENDING and posted:
+            self._posted = binding.busy = True
+            return
+        self._posted = binding.busy = False
+        if code != scheduled.DONE:
+            prepared = self._prepared
+            self._operation = Operation.resume(runner, code, prepared.reduce,
+                                               (self._send, self._recv), prepared.ctx)
 
     def free(self) -> None:
         if self.active:

@@ -1,16 +1,18 @@
 """Per-call cost of small collectives: mpi4py's own call against hpccoll's, in one run.
 
-Each cell is a tight loop of ``--calls`` blocking calls on the same arrays (as a training loop
-makes them), timed on every rank (the slowest rank counts); the variants take turns, the
+Each cell is a tight loop of blocking calls on the same arrays (as a training loop makes them),
+timed on every rank (the slowest rank counts).  A cell's call count is chosen once so that its
+loop lasts about ``--seconds`` (at least 20 calls); the variants of a size take turns, the
 whole round ``--repeat`` times, and each cell is the median.  ``native`` is ``comm.Allreduce``
 etc. through mpi4py; ``auto``, ``hpccoll-native`` and the scheduled algorithms go through
-hpccoll's API; ``vs native`` = native time / time (above 1: faster than mpi4py).  Sizes in
-the OSU convention (allreduce: the vector; allgather and alltoall: one rank's block;
-reduce_scatter: the whole vector).  ``--large`` adds 1 MiB calls to show what the fast path
-costs where the transfer dominates.
+hpccoll's API, ``<algorithm>/persistent`` through ``<collective>_init`` (``start()`` then
+``wait()`` per call); ``vs native`` = native time / time (above 1: faster than mpi4py).
+Sizes in the OSU convention (allreduce: the vector; allgather and alltoall: one rank's block;
+reduce_scatter: the whole vector), float32 sums.
 
-Usage: mpiexec -n 2 python perf/bench_percall.py [--calls 20000] [--repeat 3] [--large]
-       [--collectives allreduce,allgather,alltoall,reduce_scatter]
+Usage: mpiexec -n 2 python perf/bench_percall.py [--sizes 8,64,512,4K,64K] [--seconds 0.1]
+       [--repeat 5] [--collectives allreduce,allgather,alltoall,reduce_scatter]
+       [--algorithms ring,bruck,...] [--no-persistent]
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
+from hpccoll import registry
+from hpccoll.collectives import uniform_call
+from hpccoll.tools.results import parse_size
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "reduce_scatter")
-SCHEDULED = ("ring", "recursive_doubling")
+SCHEDULED = {"allreduce": ("ring", "recursive_doubling", "direct"),
+             "allgather": ("ring", "recursive_doubling", "direct"),
+             "alltoall": ("bruck", "hypercube", "pairwise", "direct"),
+             "reduce_scatter": ("ring", "recursive_halving", "direct")}
+NATIVE_CALLS = {"allreduce": "Allreduce", "allgather": "Allgather", "alltoall": "Alltoall",
+                "reduce_scatter": "Reduce_scatter_block"}
 
 
 def buffers(collective: str, p: int, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,30 +55,40 @@ def buffers(collective: str, p: int, nbytes: int) -> tuple[np.ndarray, np.ndarra
     return send, np.zeros(sizes[1], np.float32)
 
 
-def variants(comm: MPI.Intracomm, collective: str, send: np.ndarray, recv: np.ndarray
-             ) -> dict[str, Callable[[], None]]:
+def variants(comm: MPI.Intracomm, collective: str, send: np.ndarray, recv: np.ndarray,
+             algorithms: tuple[str, ...], persistent: bool) -> dict[str, Callable[[], None]]:
     """name -> one call, for the variants that apply to this call."""
-    from hpccoll import registry
-    from hpccoll.collectives import uniform_call
-    mine = {"allreduce": lambda: comm.Allreduce(send, recv),
-            "allgather": lambda: comm.Allgather(send, recv),
-            "alltoall": lambda: comm.Alltoall(send, recv),
-            "reduce_scatter": lambda: comm.Reduce_scatter_block(send, recv)}
-    function = getattr(hpccoll, collective)
-    out = {"native": mine[collective]}
+    native = getattr(comm, NATIVE_CALLS[collective])
+    blocking = getattr(hpccoll, collective)
+    init = getattr(hpccoll, collective + "_init")
+    out = {"native": lambda: native(send, recv)}
     call = uniform_call(collective, comm.size, comm.rank, 1)
     applies = {a.name for a in registry.algorithms(collective) if a.violated(call) is None}
-    for name in ("auto", "native", *SCHEDULED):
-        if name in ("auto", "native") or name in applies:
-            label = "hpccoll-native" if name == "native" else name
-            out[label] = lambda name=name: function(comm, send, recv, algorithm=name)
+    for name in ("auto", "native", *algorithms):
+        if name not in ("auto", "native") and name not in applies:
+            continue
+        label = "hpccoll-native" if name == "native" else name
+        out[label] = lambda name=name: blocking(comm, send, recv, algorithm=name)
+        if persistent and name in algorithms:
+            request = init(comm, send, recv, algorithm=name)
+            out[f"{name}/persistent"] = lambda request=request: (request.start(),
+                                                                 request.wait())
     return out
+
+
+def calls_for(comm: MPI.Intracomm, run: Callable[[], None], seconds: float) -> int:
+    """How many calls of ``run`` last about ``seconds`` on the slowest rank (after warming up:
+    plans made, the compiled executor built)."""
+    calls = 10
+    while True:
+        per_call = loop_time(comm, run, calls)
+        if per_call * calls >= seconds / 10 or calls >= 1 << 20:
+            return max(20, int(seconds / per_call))
+        calls *= 4
 
 
 def loop_time(comm: MPI.Intracomm, run: Callable[[], None], calls: int) -> float:
     """Seconds per call over ``calls`` calls, the slowest rank's."""
-    for _ in range(min(calls // 10, 500)):
-        run()
     comm.Barrier()
     start = time.perf_counter()
     for _ in range(calls):
@@ -79,36 +99,45 @@ def loop_time(comm: MPI.Intracomm, run: Callable[[], None], calls: int) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=20000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--large", action="store_true", help="also 1 MiB calls")
+    parser.add_argument("--sizes", default="8,64,512,4K,64K",
+                        help="comma-separated sizes in bytes (K/M suffixes)")
+    parser.add_argument("--seconds", type=float, default=0.1, help="per cell and round")
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
                         help="comma-separated (default: all four)")
+    parser.add_argument("--algorithms", default=None,
+                        help="comma-separated scheduled algorithms (default: per collective "
+                             + "; ".join(f"{c}: {','.join(a)}" for c, a in SCHEDULED.items())
+                             + ")")
+    parser.add_argument("--no-persistent", dest="persistent", action="store_false",
+                        help="leave out the persistent forms")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     p = comm.size
-    collectives = args.collectives.split(",")
-    cases = [(c, 8, args.calls) for c in collectives]
-    if args.large:
-        cases += [(c, 1 << 20, max(20, args.calls // 100)) for c in collectives]
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
     if comm.rank == 0:
         print(f"# {p} rank(s), {MPI.Get_library_version().splitlines()[0].strip()}; "
-              f"median of {args.repeat} rounds; vs native = native time / time")
-        print(f"{'collective':<15} {'bytes':>8} {'calls':>6} {'variant':<20} "
+              f"median of {args.repeat} rounds of ~{args.seconds} s per cell; "
+              f"vs native = native time / time")
+        print(f"{'collective':<15} {'bytes':>8} {'calls':>7} {'variant':<30} "
               f"{'us/call':>9} {'vs native':>9}")
-    for collective, nbytes, calls in cases:
-        send, recv = buffers(collective, p, nbytes)
-        runs = variants(comm, collective, send, recv)
-        samples: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.repeat):
-            for name, run in runs.items():
-                samples[name].append(loop_time(comm, run, calls))
-        native = statistics.median(samples["native"])
-        for name, times in samples.items():
-            t = statistics.median(times)
-            if comm.rank == 0:
-                print(f"{collective:<15} {nbytes:>8} {calls:>6} {name:<20} {t * 1e6:9.2f} "
-                      f"{native / t:8.2f}x")
+    for collective in args.collectives.split(","):
+        algorithms = tuple(args.algorithms.split(",")) if args.algorithms else \
+            SCHEDULED[collective]
+        for nbytes in sizes:
+            send, recv = buffers(collective, p, nbytes)
+            runs = variants(comm, collective, send, recv, algorithms, args.persistent)
+            calls = {name: calls_for(comm, run, args.seconds) for name, run in runs.items()}
+            samples: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(args.repeat):
+                for name, run in runs.items():
+                    samples[name].append(loop_time(comm, run, calls[name]))
+            native = statistics.median(samples["native"])
+            for name, times in samples.items():
+                t = statistics.median(times)
+                if comm.rank == 0:
+                    print(f"{collective:<15} {nbytes:>8} {calls[name]:>7} {name:<30} "
+                          f"{t * 1e6:9.2f} {native / t:8.2f}x", flush=True)
 
 
 if __name__ == "__main__":

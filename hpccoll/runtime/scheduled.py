@@ -73,6 +73,22 @@ def runs(binding: Binding, reduction: Reduction | None) -> bool:
         (reduction is None or reduction.op is not None) and libmpi.available()
 
 
+def executor(family: str, dtype: np.dtype) -> str:
+    """Which executor runs a blocking call of an algorithm of ``family`` on host arrays of
+    ``dtype`` (what ``hpccoll explain`` says)."""
+    python = "hpccoll's schedule executor in Python"
+    if family == "csc":
+        return f"{python} (shared-window algorithms synchronise the node in Python)"
+    if dtype == np.float16 or dtype.kind not in COMPUTABLE + "b":
+        return f"{python} (the compiled executor takes no {dtype})"
+    if not libmpi.available():
+        return f"{python} (the compiled executor does not know {MPI.get_vendor()[0]})"
+    return (f"compiled from a call's second run on the same buffers: each step's MPI_Startall "
+            f"and MPI_Testsome of {MPI.get_vendor()[0]}, packing, copies and reductions in "
+            "one Numba function (host arrays, predefined ops; the first run, device arrays "
+            "and user-defined ops on the schedule executor in Python)")
+
+
 class Runner:
     """A binding's steps on the compiled executor: ``function(send, recv, state, handles,
     polls)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or resumes

@@ -39,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
     decision = tuning.decide(call, nbytes)
     print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
           f"({decision.source}: {decision.reason})")
-    if decision.algorithm == registry.NATIVE:     # the MPI library decides: loads mpi4py.MPI
+    if decision.algorithm == registry.NATIVE:     # loads mpi4py.MPI (the library decides)
         from ..runtime import native
         print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")
     else:
-        print("executor: hpccoll's schedule executor")
+        from ..runtime import scheduled
+        family = registry.get(args.collective, decision.algorithm).family
+        print(f"executor: {scheduled.executor(family, np.dtype(args.dtype))}")
     machine = costmodel.machine_for(call)
     print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):

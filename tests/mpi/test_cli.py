@@ -169,6 +169,13 @@ def test_explain_uses_the_environment_then_the_cost_model():
                            "--bytes", "1M", "--ranks", "4"], capture_output=True, text=True,
                           env=env)
     assert "auto picks ring (environment: HPCCOLL_ALLGATHER_ALGORITHM=ring)" in done.stdout
+    assert "executor: compiled from a call's second run on the same buffers: each step's " \
+           "MPI_Startall" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allgather", "--bytes",
+                           "1M", "--ranks", "4", "--dtype", "float16"], capture_output=True,
+                          text=True, env=env)
+    assert "executor: hpccoll's schedule executor in Python (the compiled executor takes no " \
+           "float16)" in done.stdout
     env = {**os.environ, "HPCCOLL_ALLTOALL_ALGORITHM": "xor"}
     done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "alltoall",
                            "--bytes", "8", "--ranks", "6"], capture_output=True, text=True,

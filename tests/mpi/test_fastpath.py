@@ -283,3 +283,144 @@ def test_revocation_notice_reaches_a_compiled_wait(mpi_ranks, comm):
             assert np.all(y == 3.0)
         finally:
             hpccoll.configure(**vars(previous))
+
+
+REDUCERS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+            "land": np.logical_and, "lor": np.logical_or, "bxor": np.bitwise_xor}
+TYPED_OPS = (("float64", "sum"), ("int32", "prod"), ("int16", "bxor"), ("complex64", "sum"),
+             ("bool", "land"), ("uint8", "min"))
+
+
+def reduced(collective: str, xs: list[np.ndarray], rank: int, op: str,
+            counts: list[int] | None = None) -> np.ndarray:
+    """The result of a reducing collective (``counts``: reduce_scatter's, if uneven)."""
+    total = xs[0].copy()
+    for x in xs[1:]:
+        total = REDUCERS[op](total, x).astype(x.dtype)
+    if collective == "allreduce":
+        return total
+    counts = counts or [total.size // len(xs)] * len(xs)
+    first = sum(counts[:rank])
+    return total[first:first + counts[rank]]
+
+
+def applicable(collective: str, p: int) -> list[str]:
+    """Every scheduled algorithm that applies at ``p`` ranks to an evenly split call."""
+    from hpccoll import registry
+    from hpccoll.collectives import uniform_call
+    plain = uniform_call(collective, p, 0, 1)
+    return [a.name for a in registry.algorithms(collective) if a.name != "csc" and
+            a.violated(plain) is None]
+
+
+@pytest.mark.mpi(ranks=[2, 3, 4], timeout=600)
+def test_compiled_scheduled_executor_on_every_algorithm(mpi_ranks, comm):
+    """Every scheduled algorithm of the four collectives, repeated on the same arrays (so
+    the compiled executor runs the repeats where the MPI library is known), at 1, 7 and
+    1000 elements a block, on every dtype and op the reductions take, and in place for
+    allreduce: each result equal to NumPy's on every rank's inputs."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import libmpi
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    seed = iter(range(100_000))
+    for collective in COLLECTIVES:
+        reduces = collective in ("allreduce", "reduce_scatter")
+        for algorithm in applicable(collective, p):
+            for dtype, op in TYPED_OPS if reduces else (("float32", "sum"), ("int64", "sum")):
+                for n in (1, 7, 1000):
+                    send = np.empty(send_size(collective, p, n), dtype)
+                    recv = np.empty(recv_size(collective, p, n), dtype)
+                    for repeat in range(3):
+                        xs = inputs(p, send.size, dtype, next(seed))
+                        send[...] = xs[r]
+                        recv[...] = 1
+                        if reduces:
+                            getattr(hpccoll, collective)(comm, send, recv, algorithm=algorithm,
+                                                         op=getattr(MPI, op.upper()))
+                            want = reduced(collective, xs, r, op)
+                        else:
+                            getattr(hpccoll, collective)(comm, send, recv, algorithm=algorithm)
+                            want = expected(collective, xs, r, op)
+                        assert np.array_equal(recv, want), \
+                            (collective, algorithm, dtype, op, n, repeat, recv, want)
+                    if libmpi.available():
+                        assert api._last_calls[collective].runner is not None, \
+                            (collective, algorithm, dtype)
+            if collective == "allreduce":
+                for repeat in range(3):
+                    xs = inputs(p, 300, "float64", next(seed))
+                    buf = xs[r].copy()
+                    hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm=algorithm)
+                    assert np.array_equal(buf, np.sum(xs, axis=0)), (algorithm, "in place")
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=600)
+def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
+    """Persistent collectives of every scheduled algorithm, started ten times each (from the
+    second start on the compiled executor), completed by wait() and by polling test(), with
+    uneven counts where the collective takes them: each run's result equal to NumPy's, and
+    start() while active raising as on MPI's persistent requests."""
+    import hpccoll
+    from hpccoll.runtime import libmpi
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    seed = iter(range(100_000))
+    uneven = [2 * k + 1 for k in range(p)]
+    for collective in COLLECTIVES:
+        for algorithm in applicable(collective, p):
+            for n, counts in ((5, None), (40000, None), (None, uneven)):
+                if counts is not None and algorithm not in applicable_uneven(collective, p):
+                    continue                # (allreduce and alltoall take no counts)
+                block = n or max(counts)
+                size = sum(counts) if counts else send_size(collective, p, block)
+                if collective == "allgather" and counts:
+                    send = np.empty(counts[r], np.float64)
+                    recv = np.empty(sum(counts), np.float64)
+                else:
+                    send = np.empty(size, np.float64)
+                    recv = np.empty(counts[r] if counts and collective == "reduce_scatter"
+                                    else recv_size(collective, p, block), np.float64)
+                start = getattr(hpccoll, f"{collective}_init")
+                extra = {"recvcounts": counts} if counts else {}
+                request = start(comm, send, recv, algorithm=algorithm, **extra)
+                sizes = counts if collective == "allgather" and counts else [send.size] * p
+                for run in range(10):
+                    xs = [x[:size] for x, size in
+                          zip(inputs(p, max(sizes), "float64", next(seed)), sizes)]
+                    send[...] = xs[r]
+                    recv[...] = -1
+                    request.start()
+                    if run == 0:
+                        with pytest.raises(RuntimeError, match="started again"):
+                            request.start()
+                    if run % 2:
+                        while not request.test():
+                            pass
+                    else:
+                        request.wait()
+                    if collective == "allgather":
+                        want = np.concatenate(xs)
+                    elif collective == "alltoall":
+                        want = expected(collective, xs, r, "sum")
+                    else:
+                        want = reduced(collective, xs, r, "sum", counts)
+                    assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
+                assert libmpi.available() <= (request._runner is not None), (collective,
+                                                                           algorithm)
+                request.free()
+    comm.Barrier()
+    assert MPI.Is_initialized()
+
+
+def applicable_uneven(collective: str, p: int) -> list[str]:
+    """The scheduled algorithms of allgather and reduce_scatter that take this test's uneven
+    counts at ``p`` ranks (none of the collectives that take no counts)."""
+    from hpccoll import registry
+    from hpccoll.schedule import Call
+    if collective not in ("allgather", "reduce_scatter"):
+        return []
+    call = Call(collective, p, 0, tuple(2 * k + 1 for k in range(p)))
+    return [a.name for a in registry.algorithms(collective) if a.name != "csc" and
+            a.violated(call) is None]
