@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from mpi4py import MPI
 
 from . import settings
-from .runtime import abandoned, scheduled
+from .runtime import abandoned
 from .runtime.executor import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
-from .runtime.scheduled import Runner
+from .runtime.scheduled import DONE, PENDING, Runner
 
 if TYPE_CHECKING:
     from .api import Prepared
@@ -32,6 +32,17 @@ class Request:
 
     def wait(self) -> None:
         self._operation.wait()
+
+
+_plain = True       # no check mode, no fault injection: a runner's start may skip Python
+
+
+def _note_settings(current: settings.Settings) -> None:
+    global _plain
+    _plain = not current.check and current.stall is None
+
+
+settings.on_change(_note_settings)
 
 
 class PersistentRequest(Request):
@@ -61,54 +72,56 @@ class PersistentRequest(Request):
         return self._posted or self._operation is not None and not self._operation.done
 
     def start(self) -> None:
+        runner = self._runner
+        if runner is not None and not self._posted and runner.binding.runner is runner and \
+                not runner.binding.busy and _plain and self._prepared.ctx.revoked is None:
+            self._operation = None
+            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 0)
+            if code == PENDING:
+                self._posted = runner.binding.busy = True
+            elif code != DONE:
+                self._resume(runner, code)
+            return
         if self._freed:
             raise RuntimeError("persistent collective started after free()")
         if self.active:
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
-        runner = self._runner
-        if runner is not None and runner.ready() and self._prepared.ctx.revoked is None and \
-                not settings.current.check and settings.current.stall is None:
-            self._operation = None
-            self._ran(runner, runner.function(runner.send, runner.recv, runner.state,
-                                              runner.handles, 0))
-            return
         self._operation = operation = self._prepared.start(self._send, self._recv, self._tags)
         if isinstance(operation, Operation) and not self._prepared.on_device:
             self._runner = operation.runner     # scheduled, on the user's host arrays
 
     def test(self) -> bool:
         if self._posted:
-            self._ran(self._runner, scheduled.PENDING, posted=False)
+            self._resume(self._runner, PENDING)
         return self._operation is None or self._operation.test()
 
     def wait(self) -> None:
         if self._posted:
             runner = self._runner
-            self._ran(runner, runner.function(runner.send, runner.recv, runner.state,
-                                              runner.handles, runner.polls), posted=False)
+            code = runner.function(runner.send, runner.recv, runner.state, runner.handles,
+                                   runner.polls)
+            if code == DONE:
+                self._posted = runner.binding.busy = False
+                return
+            self._resume(runner, code)
         if self._operation is not None:
             self._operation.wait()
 
-    def _ran(self, runner: Runner, code: int, posted: bool = True) -> None:
-        """After the runner's function returned ``code``: pending after a start (``posted``)
-        is the fast path's active state; done is done; anything else continues in (or
-        raises from) an operation."""
-        binding = runner.binding
-        if code == scheduled.PENDING and posted:
-            self._posted = binding.busy = True
-            return
-        self._posted = binding.busy = False
-        if code != scheduled.DONE:
-            prepared = self._prepared
-            self._operation = Operation.resume(runner, code, prepared.reduce,
-                                               (self._send, self._recv), prepared.ctx)
+    def _resume(self, runner: Runner, code: int) -> None:
+        """Continue a run of the runner's function that returned ``code`` (not done) in an
+        operation, which completes it, or raises, as on the first run."""
+        self._posted = runner.binding.busy = False
+        prepared = self._prepared
+        self._operation = Operation.resume(runner, code, prepared.reduce,
+                                           (self._send, self._recv), prepared.ctx)
 
     def free(self) -> None:
         if self.active:
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
+            self._runner = None
             self._prepared.release(self._tags)
 
 

@@ -79,6 +79,7 @@ def variants(comm: MPI.Intracomm, collective: str, send: np.ndarray, recv: np.nd
 def calls_for(comm: MPI.Intracomm, run: Callable[[], None], seconds: float) -> int:
     """How many calls of ``run`` last about ``seconds`` on the slowest rank (after warming up:
     plans made, the compiled executor built)."""
+    loop_time(comm, run, 10)                    # warm-up: not counted
     calls = 10
     while True:
         per_call = loop_time(comm, run, calls)

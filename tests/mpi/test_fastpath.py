@@ -313,7 +313,7 @@ def applicable(collective: str, p: int) -> list[str]:
             a.violated(plain) is None]
 
 
-@pytest.mark.mpi(ranks=[2, 3, 4], timeout=600)
+@pytest.mark.mpi(ranks=[3, 4], timeout=600)
 def test_compiled_scheduled_executor_on_every_algorithm(mpi_ranks, comm):
     """Every scheduled algorithm of the four collectives, repeated on the same arrays (so
     the compiled executor runs the repeats where the MPI library is known), at 1, 7 and
