@@ -424,3 +424,51 @@ def applicable_uneven(collective: str, p: int) -> list[str]:
     call = Call(collective, p, 0, tuple(2 * k + 1 for k in range(p)))
     return [a.name for a in registry.algorithms(collective) if a.name != "csc" and
             a.violated(call) is None]
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
+                                                                monkeypatch):
+    """Where the compiled executors cannot run -- an MPI library they do not know (simulated
+    by hiding the library's functions) or float16 -- repeated blocking calls and persistent
+    requests run on the Python executor with the same results, and what ``hpccoll explain``
+    prints says which executor runs."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import libmpi, scheduled
+    p, r = comm.size, comm.rank
+    seed = iter(range(10_000))
+
+    def repeat(comm, collective, algorithm, dtype):
+        n = 3000
+        send = np.empty(send_size(collective, p, n), dtype)
+        recv = np.empty(recv_size(collective, p, n), dtype)
+        request = getattr(hpccoll, f"{collective}_init")(comm, send, recv, algorithm=algorithm)
+        for run in range(3):
+            xs = inputs(p, send.size, dtype, next(seed))
+            send[...] = xs[r]
+            getattr(hpccoll, collective)(comm, send, recv, algorithm=algorithm)
+            assert np.array_equal(recv, expected(collective, xs, r, "sum")), \
+                (collective, algorithm, dtype, run)
+            recv[...] = 0
+            request.start()
+            request.wait()
+            assert np.array_equal(recv, expected(collective, xs, r, "sum")), \
+                (collective, algorithm, dtype, run, "persistent")
+        last = api._last_calls[collective]
+        assert last.runner is None and last.compiled is None and request._runner is None
+        request.free()
+
+    for collective, algorithm in (("allreduce", "ring"), ("alltoall", "bruck")):
+        repeat(comm, collective, algorithm, "float16")
+    assert "takes no float16" in scheduled.executor("ring", np.dtype("float16"))
+    monkeypatch.setattr(libmpi, "available", lambda: False)
+    unknown = comm.Dup()
+    try:
+        for collective, algorithm in (("allreduce", "native"), ("allreduce", "ring"),
+                                      ("allreduce", "recursive_doubling"),
+                                      ("alltoall", "bruck"), ("reduce_scatter", "ring")):
+            repeat(unknown, collective, algorithm, "float32")
+        assert "does not know" in scheduled.executor("ring", np.dtype("float32"))
+    finally:
+        unknown.Free()
