@@ -39,10 +39,14 @@ def _call(hpccoll, comm, form, x, y):
 
 
 def _short_deadline(hpccoll, comm, seconds):
-    """Set HPCCOLL_TIMEOUT to ``seconds`` after a first call under the default one: the first
+    """Set HPCCOLL_TIMEOUT to ``seconds`` after first calls under the default one: the first
     call on a communicator makes hpccoll's context and MPI's connections (seconds under Open
-    MPI with more ranks than cores).  Returns the previous settings."""
-    hpccoll.allreduce(comm, np.ones(1), np.zeros(1), algorithm="ring")
+    MPI with more ranks than cores), a process's first reduction loads Numba (~1 s) and a
+    binding's second run the compiled executor's function (compiled on a fresh install).
+    Returns the previous settings."""
+    x, y = np.ones(4096), np.zeros(4096)
+    for _ in range(2):
+        hpccoll.allreduce(comm, x, y, algorithm="ring")
     return hpccoll.configure(timeout=seconds)
 
 
