@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..collectives import NAMES as COLLECTIVES
@@ -42,10 +43,15 @@ def run(args: argparse.Namespace) -> int:
     if decision.algorithm == registry.NATIVE:     # loads mpi4py.MPI (the library decides)
         from ..runtime import native
         print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")
-    else:
+    elif "mpi4py.MPI" in sys.modules:           # in a job: this library's answer
         from ..runtime import scheduled
         family = registry.get(args.collective, decision.algorithm).family
         print(f"executor: {scheduled.executor(family, np.dtype(args.dtype))}")
+    else:                                       # --ranks given: MPI is not initialised
+        print("executor: hpccoll's schedule executor, compiled from a call's second run on "
+              "the same buffers where the MPI library is MPICH or Open MPI, the arrays host "
+              "ones of a dtype other than float16 and the algorithm not a shared-window one "
+              "(run `hpccoll explain` in the job, without --ranks, for this library's answer)")
     machine = costmodel.machine_for(call)
     print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):
