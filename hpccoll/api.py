@@ -207,8 +207,9 @@ class LastCall:
     and overlap, by the compiled executor itself where it runs), and their addresses are
     read anew, so a buffer freed and its memory reused, or an array resized in place, is
     still served right or validated afresh.  The prepared call stays valid while its context
-    keeps it in its validated calls (listed there under itself): a context freed, recovered
-    or given another topology drops them; on a revoked one the validating path raises.
+    keeps it in its validated calls (listed there under itself): a context freed, revoked,
+    recovered or given another topology drops them (the validating path then raises or
+    prepares anew).
     Check mode (``HPCCOLL_CHECK``) validates and agrees on every call: the last calls are
     forgotten whenever the settings change, and not remembered in check mode."""
 
@@ -240,23 +241,25 @@ class LastCall:
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
-        validated; False (nothing done) if not.  On the arrays of the last run, when that
-        ran on the compiled executor, its function runs the call at once (it checks them)."""
-        runner = self.runner
-        if runner is not None and runner.ready():
-            code = runner.function(recv if send is None else send, recv, runner.state,
-                                   runner.handles, runner.polls)
-            if code == scheduled.DONE:
-                return True
-            if code != scheduled.MISMATCH:
-                Operation.resume(runner, code, self.prepared.reduce, (send, recv),
-                                 self.ctx).wait()
-                return True
+        validated; False (nothing done) if not.  The run's binding, where it ran on the
+        compiled executor, serves the next repeat (:func:`run_collective` runs it at once;
+        the function checks the arrays)."""
         if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return False
         operation = self.prepared.start(send, recv)
         operation.wait()
         self.runner = getattr(operation, "runner", None)
+        return True
+
+    def resume(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """After the runner's function returned ``code`` on these buffers: done (True), or
+        continued to completion (True), or (:data:`~.scheduled.MISMATCH`) run as
+        :meth:`run` does."""
+        if code == scheduled.DONE:
+            return True
+        if code == scheduled.MISMATCH:
+            return self.run(send, recv)
+        Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx).wait()
         return True
 
     @staticmethod
@@ -283,20 +286,27 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
     if last is not None and comm is last.comm and op is last.op and \
             algorithm == last.algorithm and root == last.root and counts is None and \
             options is None and type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype and \
-            last.ctx.revoked is None and last.prepared in last.calls:
+            last.prepared in last.calls:
         if last.in_place:
             repeat, send = sendbuf is _IN_PLACE, None
         else:
             repeat = type(sendbuf) is _NDARRAY and sendbuf.dtype is last.dtype
             send = sendbuf
-        compiled = last.compiled
-        if repeat and compiled is not None:
-            code = compiled.start(recvbuf if send is None else send, recvbuf, compiled.state,
-                                  compiled.handles)
-            if code == native.DONE or compiled.finish(code, send, recvbuf):
+        if repeat:
+            compiled, runner = last.compiled, last.runner
+            if compiled is not None:
+                code = compiled.start(recvbuf if send is None else send, recvbuf,
+                                      compiled.state, compiled.handles)
+                if code == native.DONE or compiled.finish(code, send, recvbuf):
+                    return
+            elif runner is not None and runner.binding.runner is runner and \
+                    not runner.binding.busy:
+                code = runner.function(recvbuf if send is None else send, recvbuf,
+                                       runner.state, runner.handles, runner.polls)
+                if code == scheduled.DONE or last.resume(code, send, recvbuf):
+                    return
+            elif last.run(send, recvbuf):
                 return
-        elif repeat and last.run(send, recvbuf):
-            return
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                    root=root, algorithm=algorithm, options=options)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,

@@ -102,8 +102,14 @@ class Context:
         self.comm.Probe(source, self.notice_tag, status)
         text = bytearray(NOTICE_BYTES)
         self.comm.Recv([text, MPI.BYTE], status.Get_source(), self.notice_tag)
-        self.revoked = CommunicatorRevoked(text.rstrip(b"\0").decode(errors="replace"))
-        return self.revoked
+        return self._revoke(CommunicatorRevoked(text.rstrip(b"\0").decode(errors="replace")))
+
+    def _revoke(self, error: CommunicatorRevoked) -> CommunicatorRevoked:
+        """Revoked with ``error``: its validated calls forgotten (a repeat is validated anew,
+        which raises ``error``)."""
+        self.revoked = error
+        self.calls.clear()
+        return error
 
     def fail(self, error: BaseException) -> BaseException:
         """Revoke after ``error`` on this rank; the error the failing call raises.
@@ -123,7 +129,7 @@ class Context:
         text = (f"hpccoll's state of this communicator was revoked by rank {me} after: "
                 f"{cause}; every rank must call hpccoll.recover(comm) (or use another "
                 "communicator)")
-        self.revoked = CommunicatorRevoked(text)
+        self._revoke(CommunicatorRevoked(text))
         notice = bytearray(text.encode()[:NOTICE_BYTES - 1].ljust(NOTICE_BYTES, b"\0"))
         sends = [self.comm.Isend([notice, MPI.BYTE], peer, self.notice_tag)
                  for peer in range(self.comm.Get_size()) if peer != me]
