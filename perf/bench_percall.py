@@ -28,6 +28,7 @@ from mpi4py import MPI
 import hpccoll
 from hpccoll import registry
 from hpccoll.collectives import uniform_call
+from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "reduce_scatter")
@@ -117,7 +118,7 @@ def main() -> None:
     p = comm.size
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     if comm.rank == 0:
-        print(f"# {p} rank(s), {MPI.Get_library_version().splitlines()[0].strip()}; "
+        print(f"# {p} rank(s), {library_version()}; "
               f"median of {args.repeat} rounds of ~{args.seconds} s per cell; "
               f"vs native = native time / time")
         print(f"{'collective':<15} {'bytes':>8} {'calls':>7} {'variant':<30} "

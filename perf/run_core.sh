@@ -4,16 +4,23 @@
 # least 20 iterations and 0.2 s (the recorded tables predate that rule: they were made with
 # -i 200 -x 20, i.e. 200 iterations up to 1 MiB and 20 beyond).
 # Usage: bash perf/run_core.sh [ranks...]   (from the repository root, in the venv)
+#   SIZES=1M:16M OUT=DIR bash perf/run_core.sh 2 4   another size range, results into DIR
+#   (the tables of perf/results/core_tables.md are made only for the default run); the
+#   hpccoll benchmarked is the one the active `python` imports.
 set -euo pipefail
 source perf/launch.sh
-mkdir -p perf/results
+sizes=${SIZES:-8:16M}
+out=${OUT:-perf/results}
+mkdir -p "$out"
 rank_counts=("$@")
 [ ${#rank_counts[@]} -gt 0 ] || rank_counts=(2 4)
 for ranks in "${rank_counts[@]}"; do
   for collective in allgather reduce_scatter allreduce alltoall bcast reduce; do
-    launch "$ranks" hpccoll bench "$collective" -a all -m 8:16M -i 20 --min-time 0.2 -x 10 \
-      --json "perf/results/${collective}_${ranks}ranks.json"
+    launch "$ranks" python -m hpccoll bench "$collective" -a all -m "$sizes" -i 20 \
+      --min-time 0.2 -x 10 --no-progress --json "$out/${collective}_${ranks}ranks.json"
   done
 done
-hpccoll report perf/results/{allgather,reduce_scatter,allreduce,alltoall,bcast,reduce}_{2,4}ranks.json \
-  > perf/results/core_tables.md
+if [ -z "${SIZES:-}${OUT:-}" ]; then
+  hpccoll report perf/results/{allgather,reduce_scatter,allreduce,alltoall,bcast,reduce}_{2,4}ranks.json \
+    > perf/results/core_tables.md
+fi
