@@ -3,9 +3,11 @@
 Each cell is a tight loop of blocking calls on the same arrays (as a training loop makes them),
 timed on every rank (the slowest rank counts).  A cell's call count is chosen once so that its
 loop lasts about ``--seconds`` (at least 20 calls); the variants of a size take turns, the
-whole round ``--repeat`` times, and each cell is the median.  ``native`` is ``comm.Allreduce``
-etc. through mpi4py; ``auto``, ``hpccoll-native`` and the scheduled algorithms go through
-hpccoll's API, ``<algorithm>/persistent`` through ``<collective>_init`` (``start()`` then
+whole round ``--repeat`` times, and each cell is the median.  ``native`` is
+``comm.Allreduce`` etc. through mpi4py, ``native-nonblocking`` its non-blocking form
+(``comm.Iallreduce(...).Wait()``: what hpccoll's native executor posts, so that a deadline
+can be kept); ``auto``, ``hpccoll-native`` and the scheduled algorithms go through hpccoll's
+API, ``<algorithm>/persistent`` through ``<collective>_init`` (``start()`` then
 ``wait()`` per call); ``vs native`` = native time / time (above 1: faster than mpi4py).
 Sizes in the OSU convention (allreduce: the vector; allgather and alltoall: one rank's block;
 reduce_scatter: the whole vector), float32 sums.
@@ -27,7 +29,7 @@ from mpi4py import MPI
 
 import hpccoll
 from hpccoll import registry
-from hpccoll.collectives import uniform_call
+from hpccoll.collectives import nonblocking, uniform_call
 from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
@@ -62,7 +64,9 @@ def variants(comm: MPI.Intracomm, collective: str, send: np.ndarray, recv: np.nd
     native = getattr(comm, NATIVE_CALLS[collective])
     blocking = getattr(hpccoll, collective)
     init = getattr(hpccoll, collective + "_init")
-    out = {"native": lambda: native(send, recv)}
+    start_native = getattr(comm, nonblocking(NATIVE_CALLS[collective]))
+    out = {"native": lambda: native(send, recv),
+           "native-nonblocking": lambda: start_native(send, recv).Wait()}
     call = uniform_call(collective, comm.size, comm.rank, 1)
     applies = {a.name for a in registry.algorithms(collective) if a.violated(call) is None}
     for name in ("auto", "native", *algorithms):

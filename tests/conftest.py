@@ -16,3 +16,20 @@ def pytest_configure(config):
                                        "ranks that disagree, revocation, recovery, soak)")
     config.addinivalue_line("markers", "gpu: needs a real CUDA GPU (perf/gpu_check.sh runs "
                                        "them); skipped, saying why, elsewhere")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``HPCCOLL_TEST_RANKS=2,3,4`` keeps only the MPI launches at those rank counts: the
+    Open MPI pass (scripts/test-openmpi.sh) runs the counts where the libraries differ --
+    messages between ranks, powers of two and not -- and MPICH's pass runs every count."""
+    wanted = os.environ.get("HPCCOLL_TEST_RANKS")
+    if not wanted:
+        return
+    keep = {int(ranks) for ranks in wanted.split(",")}
+    chosen, dropped = [], []
+    for item in items:
+        ranks = item.callspec.params.get("mpi_ranks") if hasattr(item, "callspec") else None
+        (chosen if ranks is None or ranks in keep else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = chosen

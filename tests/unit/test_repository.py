@@ -1,6 +1,11 @@
-"""The repository's promises: CI runs exactly the README's test command; the top-level
-``jobs/`` holds the SLURM templates (and their README) that the package ships."""
+"""The repository's promises: CI runs exactly the README's test command (and the Open MPI
+pass the rank counts it names); the top-level ``jobs/`` holds the SLURM templates (and their
+README) that the package ships."""
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,6 +19,24 @@ def test_ci_runs_the_readme_test_command():
     blocks = readme.split("```bash\n")
     assert ci_command[0] == blocks[2].split("\n")[0], "README's second command differs from CI's"
     assert "hpccoll bench" in blocks[1].split("\n")[0]
+
+
+def test_rank_filter_of_the_open_mpi_pass_keeps_only_the_named_counts():
+    """tests/conftest.py's HPCCOLL_TEST_RANKS deselects the launches at other rank counts
+    (and keeps tests that are not MPI launches)."""
+    def collected(ranks):
+        env = dict(os.environ, HPCCOLL_TEST_RANKS=ranks) if ranks else os.environ
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p",
+                              "no:cacheprovider", "tests/mpi/test_mpi_collectives.py",
+                              "tests/unit/test_settings.py"],
+                             cwd=ROOT, env=env, capture_output=True, text=True).stdout
+        return re.findall(r"<Function (\S+)>", out)
+    every, some = collected(None), collected("2,4")
+    launches = [name for name in every if re.search(r"\[\d+\]$", name)]
+    assert {name[name.rindex("["):] for name in launches} >= {"[1]", "[2]", "[3]", "[4]", "[8]"}
+    assert some == [name for name in every if not re.search(r"\[\d+\]$", name) or
+                    name.endswith(("[2]", "[4]"))]
+    assert len(some) < len(every)
 
 
 def test_top_level_jobs_has_the_templates_the_package_renders():
