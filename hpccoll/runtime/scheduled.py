@@ -93,7 +93,9 @@ class Runner:
     """A binding's steps on the compiled executor: ``function(send, recv, state, handles,
     polls)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or resumes
     the call, polling a step ``polls`` times before it returns :data:`PENDING` (0: post the
-    first step and return)."""
+    first step and return).  It may run while ``binding.runner is`` this runner (the binding
+    not freed or abandoned) and ``binding.busy`` is false (no run in flight on it): its
+    callers check that inline, where every call counts."""
 
     __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls")
 
@@ -128,10 +130,6 @@ class Runner:
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
         self.function = _compiled(op or "sum")
-
-    def ready(self) -> bool:
-        """Whether the binding can run now: not freed or abandoned, not in use."""
-        return self.binding.runner is self and not self.binding.busy
 
     def step(self) -> int:
         """The step the run is at (an index into the binding's steps)."""
