@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     decision = tuning.decide(call, nbytes)
     print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
           f"({decision.source}: {decision.reason})")
+    if p == 1 and decision.algorithm != registry.NATIVE:
+        print("executor: on one rank, a blocking call repeated on the arrays of the first is "
+              "NumPy's copy of the send buffer into the receive buffer (nothing in place); "
+              "the first call and other arrays as follows")
     if decision.algorithm == registry.NATIVE:     # loads mpi4py.MPI (the library decides)
         from ..runtime import native
         print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")

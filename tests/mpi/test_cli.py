@@ -172,6 +172,9 @@ def test_explain_uses_the_environment_then_the_cost_model():
     assert "auto picks ring (environment: HPCCOLL_ALLGATHER_ALGORITHM=ring)" in done.stdout
     assert "executor: hpccoll's schedule executor, compiled from a call's second run" in \
         done.stdout and "without --ranks, for this library's answer" in done.stdout
+    one_rank = "executor: on one rank, a blocking call repeated on the arrays of the first " \
+        "is NumPy's copy"
+    assert one_rank not in done.stdout
     for dtype, executor in (          # without --ranks (in a job: here a singleton one)
             ("float32", r"executor: compiled from a call's second run on the same buffers: "
                         r"each step's MPI_Startall and MPI_Testsome of (MPICH|Open MPI)"),
@@ -181,6 +184,7 @@ def test_explain_uses_the_environment_then_the_cost_model():
                                "--bytes", "1M", "--dtype", dtype], capture_output=True,
                               text=True, env=env)
         assert re.search(executor, done.stdout), done.stdout + done.stderr
+        assert one_rank in done.stdout
     env = {**os.environ, "HPCCOLL_ALLTOALL_ALGORITHM": "xor"}
     done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "alltoall",
                            "--bytes", "8", "--ranks", "6"], capture_output=True, text=True,

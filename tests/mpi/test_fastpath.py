@@ -159,7 +159,60 @@ def test_in_place_repeats(mpi_ranks, comm):
                 assert np.array_equal(gathered, np.concatenate(xs)), (algorithm, k)
 
 
-@pytest.mark.mpi(ranks=[2], timeout=300)
+@pytest.mark.mpi(ranks=[1], timeout=300)
+def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
+    """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their
+    shape, is a copy that neither validates nor runs the schedule (both are made to fail
+    here, and the results are still right, in place too); an array of another shape
+    (reshaped in place), a new array or native takes the validating path (made to fail)."""
+    import hpccoll
+    from hpccoll import api
+    from mpi4py import MPI
+
+    class Validated(Exception):
+        pass
+
+    def refused(*args, **kw):
+        raise Validated
+
+    for collective in COLLECTIVES:
+        for algorithm in ("auto", scheduled(collective, 1)):
+            n = 1000
+            send, recv = np.empty(n, np.int64), np.empty(n, np.int64)
+            call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+            with monkeypatch.context() as patch:
+                patch.setattr(api, "prepare", refused)
+                patch.setattr(api.LastCall, "run", refused)
+                patch.setattr(api._last_calls[collective], "compiled", None)
+                patch.setattr(api._last_calls[collective], "runner", None)
+                for k in range(3):
+                    send[:] = np.arange(n) * (k + 1)
+                    recv[:] = -1
+                    call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+                    assert np.array_equal(recv, send), (collective, algorithm, k)
+                for reshaped in (send, recv):           # (weakly referenced: NumPy lets
+                    reshaped.shape = (2, n // 2)        # them be reshaped, not resized)
+                    with pytest.raises(Validated):
+                        call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+                    reshaped.shape = (n,)
+                with pytest.raises(Validated):
+                    call(hpccoll, comm, collective, send.copy(), recv, "sum", algorithm)
+                with pytest.raises(Validated):
+                    call(hpccoll, comm, collective, send, recv, "sum", "native")
+            send[:] = 7
+            call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+            assert np.all(recv == 7), (collective, algorithm)
+    buf = np.arange(50_000, dtype=np.float64)
+    hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
+    with monkeypatch.context() as patch:
+        patch.setattr(api, "prepare", refused)
+        patch.setattr(api.LastCall, "run", refused)
+        for _ in range(2):
+            hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
+            assert np.array_equal(buf, np.arange(50_000, dtype=np.float64))
+
+
+@pytest.mark.mpi(ranks=[1, 2], timeout=300)
 def test_bad_buffers_on_a_repeat_raise_before_sending(mpi_ranks, comm):
     """After a call has been made (the fast path armed), a repeat with a read-only, too
     small, overlapping, strided or other-dtype buffer raises the validation error on every
@@ -167,7 +220,7 @@ def test_bad_buffers_on_a_repeat_raise_before_sending(mpi_ranks, comm):
     import hpccoll
     from mpi4py import MPI
     p, r = comm.size, comm.rank
-    for algorithm in ("native", "ring"):
+    for algorithm in ("native", "ring", "auto"):
         x = np.full(4, r + 1.0)
         y = np.zeros(4)
         hpccoll.allreduce(comm, x, y, algorithm=algorithm)
