@@ -163,8 +163,9 @@ def test_in_place_repeats(mpi_ranks, comm):
 def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
     """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their
     shape, is a copy that neither validates nor runs the schedule (both are made to fail
-    here, and the results are still right, in place too); an array of another shape
-    (reshaped in place), a new array or native takes the validating path (made to fail)."""
+    here, and the results are still right: the four collectives, allreduce in place, reduce);
+    an array of another shape (reshaped in place), a new array or native takes the
+    validating path (made to fail)."""
     import hpccoll
     from hpccoll import api
     from mpi4py import MPI
@@ -203,13 +204,18 @@ def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, mo
             call(hpccoll, comm, collective, send, recv, "sum", algorithm)
             assert np.all(recv == 7), (collective, algorithm)
     buf = np.arange(50_000, dtype=np.float64)
+    send, recv = np.arange(50_000, dtype=np.int32), np.zeros(50_000, np.int32)
     hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
+    hpccoll.reduce(comm, send, recv, op=MPI.MAX, algorithm="binomial")
     with monkeypatch.context() as patch:
         patch.setattr(api, "prepare", refused)
         patch.setattr(api.LastCall, "run", refused)
-        for _ in range(2):
+        for k in range(2):
             hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
             assert np.array_equal(buf, np.arange(50_000, dtype=np.float64))
+            send += k + 1
+            hpccoll.reduce(comm, send, recv, op=MPI.MAX, algorithm="binomial")
+            assert np.array_equal(recv, send)
 
 
 @pytest.mark.mpi(ranks=[1, 2], timeout=300)
