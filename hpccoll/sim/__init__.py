@@ -1,8 +1,11 @@
 """Scaling studies in a network simulator: the planners' schedules replayed in SimGrid.
 
 - :mod:`.platform`: machines described in Python from a ``KIND:key=value`` spec (fullmesh,
-  switch, cluster, spineleaf, fattree): links, routes, the topology the planners see and the
-  cost model's machine of the same links.
+  switch, cluster, spineleaf, fattree, torus, mesh, dragonfly; declared once in its
+  ``KINDS`` table): links, routes, the topology the planners see and the cost model's machine
+  of the same links.
+- :mod:`.network`: a platform built in SimGrid, as explicit routes or as SimGrid's own torus
+  and dragonfly zones.
 - :mod:`.replay`: every rank's program as simulated flows and computation, with paused nodes;
   :func:`~hpccoll.sim.replay.simulate`.
 - :mod:`.engine`: finding SimGrid (the ``sim`` extra, ``scripts/install-sim.sh``) and running

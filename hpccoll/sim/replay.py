@@ -28,7 +28,7 @@ from typing import Any
 from .. import registry
 from ..collectives import spec
 from ..schedule import Copy, Program, Reduce, Step
-from . import engine
+from . import engine, network
 from .platform import Platform
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
@@ -293,16 +293,7 @@ def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[in
               pause: Pause | None) -> list[float]:
     sg = engine.load()
     simulation = engine.engine()
-    zone = simulation.netzone_root.add_netzone_full("machine")
-    hosts = [zone.add_host(f"rank{r}", SPEED).seal() for r in range(platform.ranks)]
-    links = [zone.add_link(l.name, l.bandwidth).set_latency(l.latency).seal()
-             for l in platform.links]
-    for a in range(platform.ranks):
-        for b in range(platform.ranks):
-            if a != b:
-                zone.add_route(hosts[a], hosts[b],
-                               [sg.LinkInRoute(links[i]) for i in platform.route(a, b)], False)
-    zone.seal()
+    hosts = network.build(sg, simulation, platform, SPEED)
     times: list[float] = []
     for progs, itemsize in zip(plans, itemsizes):
         run = _Run(sg, simulation, hosts, platform, progs, itemsize, pause)

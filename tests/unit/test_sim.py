@@ -56,7 +56,7 @@ def test_bad_bandwidth(bad):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("mesh:n=4", "unknown platform kind 'mesh'"),
+    ("hypercube:n=4", "unknown platform kind 'hypercube'"),
     ("fullmesh:m=4", "bad item 'm=4'"),
     ("fullmesh:n=0", "bad count"),
     ("fullmesh:n", "bad item"),
@@ -298,9 +298,10 @@ def test_simulate_runs_without_mpi(simgrid):
 def test_simulate_command_errors_and_listing(simgrid):
     listing = hpccoll("simulate", "--platforms")
     assert listing.returncode == 0
-    for kind in ("fullmesh:", "switch:", "cluster:", "spineleaf:", "fattree:"):
+    for kind in ("fullmesh:", "switch:", "cluster:", "spineleaf:", "fattree:", "torus:", "mesh:",
+                 "dragonfly:"):
         assert kind in listing.stdout
-    for args, message in [(["allreduce", "--platform", "torus:n=4"], "unknown platform kind"),
+    for args, message in [(["allreduce", "--platform", "ring:n=4"], "unknown platform kind"),
                           (["allreduce", "-a", "native"], "classic algorithm"),
                           (["allreduce", "--pause", "k=2"], "period"),
                           (["allreduce", "--slow-rank", "9:2"], "has 8 ranks"),
