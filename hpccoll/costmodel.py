@@ -3,8 +3,8 @@
 A :class:`Machine` gives each link class (``intra``: ranks on one node, ``inter``: ranks on
 different nodes) a start-up time alpha, a bandwidth, and whether a rank's concurrent messages
 of that class each get a link of their own (a full mesh such as NVSwitch or Infinity Fabric:
-the step costs the slowest message) or share one port (a NIC, or a memory bus: the step costs
-the sum).  A step of a rank costs the larger of its send and receive sides, plus its local
+the step costs the peer with the most bytes, its messages one stream on its link) or share
+one port (a NIC, or a memory bus: the step costs the sum).  A step of a rank costs the larger of its send and receive sides, plus its local
 reduction and copy work, plus a fixed software overhead per step; a program costs the sum over
 steps of the slowest rank's step.  Steps do not really run in lockstep, so this is an
 estimate of the critical path, good for ranking algorithms, not a simulator of contention.
@@ -69,17 +69,25 @@ def machine_for(call: Call) -> Machine:
 
 def _side(machine: Machine, node: tuple[int, ...] | None, rank: int,
           messages: Iterable[tuple[int, int]]) -> float:
-    """Time of one side (sends or receives) of a step: (peer, bytes) messages."""
-    by_class: dict[str, list[float]] = {}
+    """Time of one side (sends or receives) of a step: (peer, bytes) messages.  On a shared
+    port the messages follow each other; on a full mesh the peers' links work at once, each
+    carrying that peer's messages (a large block's segments) one after the other, as one
+    stream."""
+    by_class: dict[str, dict[int, int]] = {}
+    count: dict[str, int] = {}
     for peer, size in messages:
-        inter = node is not None and node[peer] != node[rank]
-        link = machine.inter if inter else machine.intra
-        by_class.setdefault("inter" if inter else "intra", []).append(
-            link.alpha + size / link.bandwidth)
+        cls = "inter" if node is not None and node[peer] != node[rank] else "intra"
+        peers = by_class.setdefault(cls, {})
+        peers[peer] = peers.get(peer, 0) + size
+        count[cls] = count.get(cls, 0) + 1
     total = 0.0
-    for cls, times in by_class.items():
+    for cls, peers in by_class.items():
         link = machine.inter if cls == "inter" else machine.intra
-        total = max(total, max(times) if link.parallel else sum(times))
+        if link.parallel:
+            time = link.alpha + max(peers.values()) / link.bandwidth
+        else:
+            time = count[cls] * link.alpha + sum(peers.values()) / link.bandwidth
+        total = max(total, time)
     return total
 
 

@@ -76,6 +76,18 @@ def _dims(text: str) -> tuple[int, ...]:
                          ) from None
 
 
+def _ecmp(text: str) -> str:
+    if text not in ("hash", "sum"):
+        raise ValueError(f"bad ecmp {text!r}: hash or sum")
+    return text
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"bad seed {text!r}: a whole number >= 0")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Key:
     parse: Callable[[str], object]
@@ -230,6 +242,17 @@ def _host_links(links: _Links, hosts: int, bw: float, lat: float
             [links.add(f"h{h}.down", bw, lat) for h in range(hosts)])
 
 
+def ecmp_hash(src: int, dst: int, seed: int, choices: int) -> int:
+    """One of ``choices`` paths for the flow src -> dst: a SplitMix64 finaliser of (seed, src,
+    dst), so the flows of one round (all pairs at one XOR or shift distance) spread over the
+    paths as a switch's ECMP hash of the flow's addresses does."""
+    x = (seed * 0x9E3779B97F4A7C15 + src * 0xBF58476D1CE4E5B9 + dst * 0x94D049BB133111EB
+         + 1) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 31)) % choices
+
+
 def _spineleaf(spec: str, v: dict) -> Platform:
     links = _Links()
     spines, leaves, per_leaf = v["spines"], v["leaves"], v["hosts"]
@@ -239,12 +262,15 @@ def _spineleaf(spec: str, v: dict) -> Platform:
                 for l in range(leaves)]
     from_spine = [[links.add(f"spine{s}-leaf{l}", v["uplink"], v["lat"])
                    for s in range(spines)] for l in range(leaves)]
+    seed = v["seed"]
+    pick = (lambda a, b: ecmp_hash(a, b, seed, spines)) if v["ecmp"] == "hash" else \
+        (lambda a, b: (a + b) % spines)
 
     def route(a: int, b: int) -> list[int]:
         la, lb = a // per_leaf, b // per_leaf
         if la == lb:
             return [up[a], down[b]]
-        spine = (a + b) % spines
+        spine = pick(a, b)
         return [up[a], to_spine[la][spine], from_spine[lb][spine], down[b]]
 
     ratio = per_leaf * v["bw"] / (spines * v["uplink"])
@@ -497,13 +523,16 @@ KINDS: dict[str, Kind] = {
         _cluster),
     "spineleaf": Kind(
         "leaves of hosts, every leaf linked to each spine; oversubscription hosts x bw / "
-        "(spines x uplink); a leaf-to-leaf flow takes the spine its (source + destination) hash picks",
+        "(spines x uplink); a leaf-to-leaf flow takes the spine ECMP picks",
         {"spines": Key(_count, "2", "spine switches"),
          "leaves": Key(_count, "4", "leaf switches (racks)"),
          "hosts": Key(_count, "8", "hosts per leaf (one rank each)"),
          "bw": Key(bandwidth, "40Gb/s", "host link, each way"),
          "uplink": Key(bandwidth, "40Gb/s", "leaf-to-spine link, each way"),
-         "lat": Key(latency, "1us", "latency of each link")},
+         "lat": Key(latency, "1us", "latency of each link"),
+         "ecmp": Key(_ecmp, "hash", "spine of a flow: hash (a seeded hash of source and "
+                                    "destination) or sum ((source + destination) mod spines)"),
+         "seed": Key(_seed, "0", "seed of the ecmp hash")},
         _spineleaf),
     "fattree": Kind(
         "a k-ary three-level fat tree (k pods of k/2 edge and k/2 aggregation switches, "

@@ -70,12 +70,23 @@ class Pause:
             raise ValueError("--pause: period must be > 0")
         return cls(int(fields["k"]), period, int(fields.get("seed", "0")))
 
+    def check(self, platform: Platform) -> None:
+        """ValueError unless a node is left sending: with every node paused no transfer
+        would ever move (a one-node machine, fullmesh or switch, has none to pause)."""
+        nodes = platform.topology.count(0)
+        if self.k >= nodes and self.k > 0:
+            raise ValueError(f"--pause k={self.k}: {platform.spec} has {nodes} node(s) and at "
+                             f"least one must keep sending: k must be below {nodes}"
+                             + (" (a one-node machine has no node to pause)" if nodes == 1
+                                else ""))
+
 
 def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
-             itemsize: int, flat: bool = False) -> list[Program]:
+             itemsize: int, flat: bool = False, options: tuple = ()) -> list[Program]:
     """Every rank's program of ``algorithm`` for a ``nbytes`` message (OSU convention) on
     ``platform``'s ranks, planned for its topology (``flat``: as if every rank were on one
-    node, the topology-blind schedule); ValueError if the algorithm cannot serve it."""
+    node, the topology-blind schedule) with the planner ``options`` ((name, value) pairs);
+    ValueError if the algorithm cannot serve it."""
     if algorithm == registry.NATIVE:
         raise ValueError("native is the MPI library's own collective and has no schedule to "
                          "replay: name the classic algorithm it runs ("
@@ -83,7 +94,7 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
     count = max(nbytes // itemsize, 0)
     topology = None if flat else platform.topology
     calls = [spec(collective).bench_call(platform.ranks, r, count, itemsize=itemsize,
-                                         topology=topology)
+                                         topology=topology, options=tuple(sorted(options)))
              for r in range(platform.ranks)]
     reason = registry.get(collective, algorithm).violated(calls[0])
     if reason is not None:
@@ -281,12 +292,22 @@ class _Run:
 
 
 def simulate(platform: Platform, jobs: list[tuple[str, str, int, int]],
-             pause: Pause | None = None, flat: bool = False) -> list[float]:
+             pause: Pause | None = None, flat: bool = False, options: tuple = ()
+             ) -> list[float]:
     """Simulated seconds of each job (collective, algorithm, nbytes, itemsize) on
-    ``platform`` (schedules planned ``flat`` or not: :func:`programs`), one after the other
-    in one engine, in a child process."""
-    plans = [programs(c, a, platform, n, i, flat) for c, a, n, i in jobs]   # errors: early
-    return engine.in_child(_simulate, platform, plans, [i for *_, i in jobs], pause)
+    ``platform`` (schedules planned ``flat`` or not, with the planner ``options``:
+    :func:`programs`), one after the other in one engine, in a child process."""
+    plans = [programs(c, a, platform, n, i, flat, options) for c, a, n, i in jobs]
+    return replay(platform, plans, [i for *_, i in jobs], pause)
+
+
+def replay(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
+           pause: Pause | None = None) -> list[float]:
+    """Simulated seconds of each planned job (every rank's program, the size of an element),
+    one after the other in one engine, in a child process."""
+    if pause is not None:
+        pause.check(platform)
+    return engine.in_child(_simulate, platform, plans, itemsizes, pause)
 
 
 def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[int],

@@ -113,3 +113,21 @@ def bench_results(path: str) -> str:
             and isinstance(data.get("results"), list)):
         raise argparse.ArgumentTypeError(f"{path} is not an 'hpccoll bench --json' file")
     return path
+
+
+def planner_option(text: str) -> tuple[str, object]:
+    """A planner option ``NAME=VALUE`` (``-o segment_bytes=1M``, ``-o radix=4``): the value
+    a whole number (K/M/G suffixes: binary), else a number, else the text itself."""
+    from .results import parse_size
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier() or not value:
+        raise argparse.ArgumentTypeError(f"bad option {text!r}: NAME=VALUE, e.g. "
+                                         "segment_bytes=1M or radix=4")
+    try:
+        return name, parse_size(value)
+    except ValueError:
+        pass
+    try:
+        return name, float(value)
+    except ValueError:
+        return name, value

@@ -91,6 +91,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--flat", action="store_true",
                         help="plan the schedules as if every rank were on one node (the "
                              "topology-blind ones) on the platform's real links")
+    parser.add_argument("-o", "--option", dest="options", metavar="NAME=VALUE",
+                        type=arguments.planner_option, action="append", default=[],
+                        help="a planner option for every algorithm named (segment_bytes=1M, "
+                             "radix=4, rows=8, ...); repeat for more")
     parser.add_argument("--json", metavar="FILE", type=arguments.output_file)
     parser.add_argument("--plot", metavar="FILE.png", type=arguments.plot_file)
     parser.add_argument("--platforms", action="store_true",
@@ -115,44 +119,40 @@ def algorithms_for(collective: str, given: str, target: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def model(collective: str, name: str, target: Any, size: int, itemsize: int,
-          flat: bool) -> float:
+def model(target: Any, planned: list[Any], itemsize: int) -> float:
     """The cost model's time of the schedules the simulator replays, on the same machine."""
     from ..costmodel import program_time, sample_ranks
-    from ..sim.replay import programs
-    planned = programs(collective, name, target, size, itemsize, flat)
     return program_time({r: planned[r] for r in sample_ranks(target.ranks)}, itemsize,
                         target.machine, target.topology.regions[0])
 
 
 def simulate(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
-             pause: Any = None, flat: bool = False) -> list[Any]:
+             pause: Any = None, flat: bool = False, options: tuple = ()) -> list[Any]:
     """Results (bench's :class:`~hpccoll.tools.results.Result` rows, ``model_us`` the cost
     model's prediction for the same schedules) of every algorithm at every size on
-    ``target`` (schedules planned ``flat``: :func:`hpccoll.sim.replay.programs`)."""
+    ``target``, each planned once (``flat``, planner ``options``:
+    :func:`hpccoll.sim.replay.programs`)."""
     import numpy as np
 
-    from ..sim.replay import simulate as replay
+    from ..sim.replay import programs, replay
     from .results import Result
     itemsize = np.dtype(dtype).itemsize
     sizes = [s for s in sizes if s // itemsize > 0]
-    jobs = [(collective, name, size, itemsize) for size in sizes for name in names]
-    seconds = replay(target, jobs, pause, flat)
+    jobs = [(size, name) for size in sizes for name in names]
+    plans = [programs(collective, name, target, size, itemsize, flat, options)
+             for size, name in jobs]
+    predicted = [model(target, planned, itemsize) for planned in plans]
+    seconds = replay(target, plans, [itemsize] * len(plans), pause)
     c, p, results = spec(collective), target.ranks, []
-    for size in sizes:
+    firsts: dict[int, float] = {}
+    for (size, name), t, m in zip(jobs, seconds, predicted):
         count = size // itemsize
-        call = c.bench_call(p, 0, count, itemsize=itemsize)
-        total = c.data_count(call) * itemsize
-        first = None
-        for (_, name, s, _), t in zip(jobs, seconds):
-            if s != size:
-                continue
-            us = t * 1e6
-            first = first or us
-            algbw = total / us / 1e3
-            results.append(Result(collective, name, p, dtype, size, count, 1, us, algbw,
-                                  algbw * c.busbw_factor(p), first / us, 0,
-                                  model_us=model(collective, name, target, size, itemsize, flat) * 1e6))
+        total = c.data_count(c.bench_call(p, 0, count, itemsize=itemsize)) * itemsize
+        us = t * 1e6
+        first = firsts.setdefault(size, us)
+        algbw = total / us / 1e3
+        results.append(Result(collective, name, p, dtype, size, count, 1, us, algbw,
+                              algbw * c.busbw_factor(p), first / us, 0, model_us=m * 1e6))
     return results
 
 
@@ -177,12 +177,13 @@ def run(args: argparse.Namespace) -> int:
     names = algorithms_for(args.collective, args.algorithms, target)
     sizes = [args.bytes] if args.bytes is not None else size_range(args.sizes)
     results = simulate(args.collective, names, target, sizes, args.dtype, args.pause,
-                       args.flat)
+                       args.flat, tuple(args.options))
     c = spec(args.collective)
     notes = "".join(f", {k} {v}" for k, v in target.notes.items())
     print(f"# hpccoll simulate {args.collective}: {target.ranks} ranks on {args.platform}"
           f"{notes}, {args.dtype}, SimGrid {engine.version()} (CM02, max-min sharing)"
-          + (", schedules planned topology-blind (--flat)" if args.flat else ""))
+          + (", schedules planned topology-blind (--flat)" if args.flat else "")
+          + "".join(f", {name}={value}" for name, value in args.options))
     if args.pause is not None:
         print(f"# {args.pause.k} node(s) paused, re-drawn every {args.pause.period * 1e6:g} us "
               f"(seed {args.pause.seed})")
@@ -198,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 "mpi": f"SimGrid {engine.version()} on {args.platform}",
                 "baseline": names[0], "platform": args.platform,
                 "pause": None if args.pause is None else vars(args.pause),
+                "options": dict(args.options),
                 "host": host_platform.node(), "python": host_platform.python_version(),
                 "date": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_json(args.json, meta, results)

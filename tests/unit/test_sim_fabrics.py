@@ -1,4 +1,6 @@
-"""The simulator's torus, mesh and dragonfly platforms (SimGrid's own routing zones).
+"""The simulator's torus, mesh and dragonfly platforms (SimGrid's own routing zones), spine
+choice by ECMP hash, the --pause limits, planner options, and the cost model's full-mesh steps
+of segmented blocks.
 
 The platform tests need no SimGrid; the replay tests do (see test_sim.py's ``simgrid``
 fixture): SimGrid's routes are the platform's, uncontended paths take the cost model's
@@ -7,13 +9,19 @@ time, a nearest-neighbour ring beats one laid across the torus.
 
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
+import sys
 
 import pytest
 
-from hpccoll.costmodel import Link
+from hpccoll.costmodel import Link, Machine, step_time
+from hpccoll.schedule import Region, Send, Step
 from hpccoll.sim import engine
 from hpccoll.sim.platform import KINDS, build, describe
+from hpccoll.sim.replay import Pause
+from hpccoll.tools.arguments import planner_option
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +91,24 @@ def test_dragonfly_needs_a_router_per_group():
         build("dragonfly:groups=5,routers=4")
 
 
+def test_spineleaf_ecmp_hash_spreads_a_rounds_flows_and_sum_is_the_old_rule():
+    """In an XOR round every cross-leaf pair's source + destination has one parity: the old
+    rule puts the whole round on one spine, the hash on both about evenly."""
+    for ecmp, lowest in (("hash", 12), ("sum", 0)):
+        p = build(f"spineleaf:spines=2,leaves=4,hosts=8,ecmp={ecmp}")
+        for distance in (8, 16, 24):
+            spines = [p.links[p.route(a, a ^ distance)[1]].name[-1] for a in range(32)]
+            assert min(spines.count("0"), spines.count("1")) >= lowest, (ecmp, spines)
+    seeds = {tuple(build(f"spineleaf:seed={s}").route(a, 31)[1] for a in range(8))
+             for s in range(4)}
+    assert len(seeds) > 1                                   # the seed changes the choice
+
+
 def test_kinds_are_listed_with_their_keys():
     listing = describe()
     for name, kind in KINDS.items():
         assert f"{name}: {kind.help}" in listing
-    assert "  dims       4x4" in listing
+    assert "  dims       4x4" in listing and "  ecmp       hash" in listing
     with pytest.raises(ValueError, match="bad dims"):
         build("torus:dims=4xx4")
 
@@ -99,6 +120,44 @@ def test_placement_moves_ranks_with_their_routes():
     assert placed.network.elements == (0, 4, 1, 5, 2, 6, 3, 7)
     with pytest.raises(ValueError, match="permutation"):
         p.placed([0] * 8)
+
+
+@pytest.mark.parametrize("spec, k, nodes", [("fullmesh", 1, 1), ("switch:n=4", 2, 1),
+                                            ("spineleaf:leaves=2,hosts=2", 4, 4),
+                                            ("cluster:nodes=3", 5, 3)])
+def test_pausing_every_node_is_refused(spec, k, nodes):
+    with pytest.raises(ValueError, match=f"k={k}: .* has {nodes} node\\(s\\)"):
+        Pause(k, 1e-3).check(build(spec))
+    Pause(0, 1e-3).check(build(spec))
+    if nodes > 1:
+        Pause(nodes - 1, 1e-3).check(build(spec))
+
+
+# ------------------------------------------------------------------------------ cost model
+
+def test_full_mesh_step_streams_a_peers_segments_one_after_the_other():
+    """Eight 1 MiB segments to one peer over its one link take 8 MiB / bandwidth, not the
+    largest segment's time; to eight peers they go at once."""
+    machine = Machine("m", Link(2e-6, 64e9, True), Link(5e-6, 50e9, False))
+    segment = (Region("send", 0, 1 << 18),)
+    to_one = Step(sends=tuple(Send(1, segment) for _ in range(8)))
+    to_many = Step(sends=tuple(Send(peer, segment) for peer in range(1, 9)))
+    assert step_time(machine, to_one, 0, 4, None) == pytest.approx(2e-6 + 8 * (1 << 20) / 64e9)
+    assert step_time(machine, to_many, 0, 4, None) == pytest.approx(2e-6 + (1 << 20) / 64e9)
+
+
+@pytest.mark.parametrize("text, value", [("segment_bytes=1M", ("segment_bytes", 1 << 20)),
+                                          ("radix=4", ("radix", 4)),
+                                          ("ratio=0.5", ("ratio", 0.5)),
+                                          ("layout=zigzag", ("layout", "zigzag"))])
+def test_planner_options_parse(text, value):
+    assert planner_option(text) == value
+
+
+@pytest.mark.parametrize("bad", ["radix", "=4", "radix=", "two words=1"])
+def test_bad_planner_options(bad):
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=VALUE"):
+        planner_option(bad)
 
 
 # ------------------------------------------------------------------------------ replay
@@ -150,6 +209,18 @@ def test_uncontended_neighbour_exchanges_equal_the_cost_model(simgrid, spec, col
         assert r.time_us == pytest.approx(r.model_us, rel=1e-4), (size, r.time_us, r.model_us)
 
 
+def test_segmented_blocks_on_a_full_mesh_equal_the_cost_model(simgrid):
+    """A ring reduce-scatter of 64 MiB on 8 GPUs (1 MiB segments: 8 a step to one peer) and
+    of 4 MiB with 64 KiB segments (``segment_bytes``, as -o passes it): model = simulation."""
+    mesh = build("fullmesh:n=8,copy=1000TB/s")
+    (big,) = simulated("reduce_scatter", ["ring"], mesh, 64 << 20)
+    (small,) = simulated("reduce_scatter", ["ring"], mesh, 4 << 20,
+                         options=(("segment_bytes", 64 << 10),))
+    for r in (big, small):
+        assert r.time_us == pytest.approx(r.model_us, rel=1e-4), (r.time_us, r.model_us)
+    assert big.time_us > 7 * (8 << 20) / 64e9 * 1e6          # 7 steps of 8 MiB per link
+
+
 def test_dragonfly_global_links_run_at_their_own_speed(simgrid):
     """A 4-rank ring allgather on 2 groups x 2 routers: no two flows share a link; each step
     lasts as the slowest path, 3 -> 0 (host, local, global, local, host: 4 lat + global_lat)
@@ -173,3 +244,37 @@ def test_nearest_neighbour_ring_beats_a_ring_across_the_torus(simgrid):
     (fast,) = simulated("allgather", ["ring"], near, size)
     (slow,) = simulated("allgather", ["ring"], far, size)
     assert slow.time_us > 2 * fast.time_us, (slow.time_us, fast.time_us)
+
+
+# ------------------------------------------------------------------------------ commands
+
+def hpccoll(*args):
+    return subprocess.run([sys.executable, "-m", "hpccoll", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_simulate_command_on_the_new_fabrics(simgrid):
+    code = ("from hpccoll.tools.cli import main\n"
+            "for spec in ('torus:dims=4x4', 'mesh:dims=4x4', "
+            "'dragonfly:groups=2,routers=2,hosts=4'):\n"
+            "    assert main(['simulate', 'allreduce', '-a', 'ring,recursive_doubling', "
+            "'--platform', spec, '--bytes', '1M', '-o', 'segment_bytes=256K']) == 0\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    headers = [l for l in done.stdout.splitlines() if l.startswith("# hpccoll simulate")]
+    assert len(headers) == 3 and all("16 ranks" in h and "segment_bytes=262144" in h
+                                     for h in headers)
+    rows = [l.split() for l in done.stdout.splitlines() if l and not l.startswith("#")]
+    assert [r[1] for r in rows] == ["ring", "recursive_doubling"] * 3
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("platform", ["fullmesh", "switch:n=4", "torus:dims=2x2"])
+def test_pause_of_every_node_is_one_clear_error(simgrid, platform):
+    k = "1" if platform != "torus:dims=2x2" else "4"
+    done = hpccoll("simulate", "allreduce", "-a", "ring", "--bytes", "1K", "--platform",
+                   platform, "--pause", f"k={k},period=1ms")
+    assert done.returncode == 2, done.stderr
+    assert "at least one must keep sending" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
