@@ -2,10 +2,12 @@
 MPICH's cvars), read and validated here: a bad value is one clear ValueError naming the
 variable.  :func:`table` is the README's table of them.
 
-The variables the hot path needs (``HPCCOLL_TIMEOUT``, ``HPCCOLL_CHECK``) are read once at
-import into :data:`current` and changeable at run time with :func:`configure` (reading the
-environment on every call would cost microseconds that a small collective cannot afford);
-the others are read where their decision is made (once per planned call, or per run).
+The variables the hot path needs (``HPCCOLL_TIMEOUT``, ``HPCCOLL_CHECK``) are read once, when
+``settings.current`` is first used (not at import: a bad value then fails the call or command
+that needs it, never ``import hpccoll``), and changeable at run time with :func:`configure`
+(reading the environment on every call would cost microseconds that a small collective cannot
+afford); the others are read where their decision is made (once per planned call, or per
+run).  :func:`check_environment` reads them all, for a command to refuse a bad one up front.
 """
 
 from __future__ import annotations
@@ -56,11 +58,38 @@ class Variable:
     parse: Callable[[str], Any] = _text
 
 
+def algorithm_name(collective: str) -> Callable[[str], str | None]:
+    """A parser of ``HPCCOLL_<COLLECTIVE>_ALGORITHM``: a name ``algorithm=`` takes for
+    ``collective`` (None for ``auto``: no algorithm forced)."""
+    def parse(text: str) -> str | None:
+        from . import registry
+        name = text.strip()
+        if name == "auto":
+            return None
+        known = registry.names(collective)
+        if name not in known:
+            raise ValueError(f"unknown algorithm {name!r} for {collective}; known: auto, "
+                             f"{', '.join(known)}")
+        return name
+    return parse
+
+
+def tuning_file(text: str) -> str:
+    """A decision table's path (checked: it exists and is one), or ``none``."""
+    path = text.strip()
+    if path.lower() == "none":
+        return "none"
+    from .tuning import load
+    load(path)
+    return path
+
+
 def _algorithm_variables() -> tuple[Variable, ...]:
     from .collectives import NAMES
     return tuple(Variable(f"HPCCOLL_{name.upper()}_ALGORITHM", "algorithm name", "auto",
                           f"the algorithm `algorithm=\"auto\"` runs for {name} (if it applies "
-                          "to the call; otherwise the next source decides)")
+                          "to the call; otherwise the next source decides)",
+                          algorithm_name(name))
                  for name in NAMES)
 
 
@@ -74,7 +103,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     *_algorithm_variables(),
     Variable("HPCCOLL_TUNING_FILE", "path or none", "(the shipped table)",
              "the decision table `auto` reads (made by `hpccoll tune`); `none` switches every "
-             "table off, leaving the cost model"),
+             "table off, leaving the cost model", tuning_file),
     Variable("HPCCOLL_MACHINE", "preset name", "(by topology)",
              "the cost model's machine: a preset of `hpccoll.costmodel.MACHINES` "
              "(shared-memory, cluster, h100, h100-slow-ib)"),
@@ -121,15 +150,48 @@ def from_environment() -> Settings:
                     check=read("HPCCOLL_CHECK", False))
 
 
-current = from_environment()
+def check_environment() -> None:
+    """Read every declared variable: ValueError naming the first one whose value is bad (a
+    command that runs or explains collectives calls this before it starts)."""
+    for name in VARIABLES:
+        read(name)
+
+
 _listeners: list[Callable[[Settings], None]] = []
+
+
+def __getattr__(name: str) -> Any:
+    """``settings.current``: the settings in force (PEP 562: consulted only until the first
+    read has stored them as a module global, so later reads cost a plain lookup)."""
+    if name == "current":
+        return _current()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _current() -> Settings:
+    """The settings in force, read from the environment the first time they are needed (a bad
+    variable is then a ValueError naming it, raised by what needed it), with every
+    :func:`on_change` listener told."""
+    found = globals().get("current")
+    if found is None:
+        found = from_environment()
+        globals()["current"] = found
+        for listener in _listeners:
+            listener(found)
+    return found
 
 
 def on_change(listener: Callable[[Settings], None]) -> None:
     """Call ``listener(settings)`` now and after every :func:`configure` (the executor installs
-    its fault injection this way, only while ``stall`` is set)."""
+    its fault injection this way, only while ``stall`` is set); while a variable is bad, the
+    first call is deferred to when the settings are read (by a call, which raises)."""
+    try:
+        found: Settings | None = _current()
+    except ValueError:
+        found = None
     _listeners.append(listener)
-    listener(current)
+    if found is not None:
+        listener(found)
 
 
 def configure(*, timeout: float | None | object = _UNSET, check: bool | object = _UNSET,
@@ -139,7 +201,7 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
     random, for resilience benchmarks); returns the previous settings so they can be restored
     with ``configure(**vars(previous))``."""
     global current
-    previous = current
+    previous = _current()
     changes = {}
     if timeout is not _UNSET:
         changes["timeout"] = None if timeout is None else parse_timeout(str(timeout))
@@ -152,7 +214,7 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
                 raise ValueError("stall is (probability in [0, 1], seconds >= 0)")
             stall = (float(probability), float(seconds))
         changes["stall"] = stall
-    current = replace(current, **changes)
+    current = replace(previous, **changes)
     for listener in _listeners:
         listener(current)
     return previous

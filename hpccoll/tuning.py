@@ -70,7 +70,7 @@ def decide(call: Call, nbytes: int) -> Decision:
     for source, path in tables:
         if not path:
             continue
-        table = load_table(path, _mtime(path))
+        table = load(path)
         rule = lookup(table, call.collective, call.p, nbytes)
         if rule is None:
             skipped.append(f"{source} {path} has no rule for {call.collective} on {call.p} "
@@ -111,6 +111,12 @@ def _mtime(path: str) -> float:
         return -1.0
 
 
+def load(path: str) -> dict[str, Any]:
+    """The decision table in ``path`` (cached until the file changes); ValueError if there is
+    none or it is not one."""
+    return load_table(path, _mtime(path))
+
+
 @lru_cache(maxsize=8)
 def load_table(path: str, mtime: float) -> dict[str, Any]:
     """A decision table from ``path`` (cached per modification time); ValueError if it is not
@@ -129,13 +135,22 @@ def load_table(path: str, mtime: float) -> dict[str, Any]:
 def check_table(table: Any, where: str = "tuning table") -> None:
     if not isinstance(table, dict) or table.get("format") != FORMAT:
         raise ValueError(f"{where} is not a decision table (format {FORMAT!r} expected)")
-    for collective, entries in table.get("collectives", {}).items():
+    collectives = table.get("collectives", {})
+    if not isinstance(collectives, dict):
+        raise ValueError(f"{where}: \"collectives\" must map each collective's name to a list "
+                         f"of entries, not be a {type(collectives).__name__}")
+    for collective, entries in collectives.items():
+        if not isinstance(entries, list):
+            raise ValueError(f"{where}: {collective}: expected a list of entries, got a "
+                             f"{type(entries).__name__}")
         for entry in entries:
             try:
                 low, high = entry["ranks"]
                 limits = [r["max_bytes"] for r in entry["rules"]]
-                if not all(isinstance(r["algorithm"], str) for r in entry["rules"]):
-                    raise ValueError("algorithm names must be strings")
+                if not all(_whole(bound) for bound in (low, high)) or \
+                        not all(limit is None or _whole(limit) for limit in limits) or \
+                        not all(isinstance(r["algorithm"], str) for r in entry["rules"]):
+                    raise TypeError("ranks and max_bytes are whole numbers, algorithms names")
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{where}: {collective}: an entry needs \"ranks\": [low, high] "
                                  "and \"rules\": [{\"max_bytes\": ..., \"algorithm\": ...}]"
@@ -147,6 +162,10 @@ def check_table(table: Any, where: str = "tuning table") -> None:
                     finite != sorted(set(finite)):
                 raise ValueError(f"{where}: {collective} ranks {entry['ranks']}: rules must "
                                  "have increasing max_bytes and end with null")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int

@@ -68,3 +68,63 @@ def test_the_package_reads_no_variable_it_does_not_declare():
 def test_readme_table_is_generated():
     assert settings.table() in (ROOT / "README.md").read_text(), \
         "paste hpccoll.settings.table() into README.md's environment section"
+
+
+@pytest.fixture
+def unread(monkeypatch):
+    """The settings as before their first read (restored afterwards), with listeners of the
+    test's own."""
+    monkeypatch.delitem(settings.__dict__, "current", raising=False)
+    monkeypatch.setattr(settings, "_listeners", [])
+
+
+def test_a_bad_variable_fails_the_first_use_not_the_import(unread, monkeypatch):
+    """Listeners registered meanwhile (as modules do at import) are told once the settings
+    are read."""
+    monkeypatch.setenv("HPCCOLL_TIMEOUT", "abc")
+    told = []
+    settings.on_change(told.append)
+    assert told == []
+    with pytest.raises(ValueError, match="HPCCOLL_TIMEOUT='abc': expected seconds"):
+        settings.current
+    with pytest.raises(ValueError, match="HPCCOLL_TIMEOUT='abc'"):
+        settings.configure(check=True)
+    monkeypatch.setenv("HPCCOLL_TIMEOUT", "7")
+    assert settings.current.timeout == 7.0
+    assert told == [settings.Settings(timeout=7.0)]
+    settings.on_change(told.append)           # read already: told at once
+    assert told[-1] is settings.current and len(told) == 2
+
+
+def test_import_with_bad_variables_succeeds():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "HPCCOLL_TIMEOUT": "abc", "HPCCOLL_CHECK": "maybe"}
+    done = subprocess.run([sys.executable, "-c", "import hpccoll.api, hpccoll.requests, "
+                           "hpccoll.runtime.executor; print('imported')"],
+                          capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout) == (0, "imported\n"), done.stderr
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("HPCCOLL_ALLGATHER_ALGORITHM", "rign", "HPCCOLL_ALLGATHER_ALGORITHM='rign': unknown "
+                                            "algorithm 'rign' for allgather; known: auto, "),
+    ("HPCCOLL_TUNING_FILE", "/nope.json", "HPCCOLL_TUNING_FILE='/nope.json': tuning file "
+                                          "/nope.json does not exist"),
+    ("HPCCOLL_GPU_AWARE", "perhaps", "HPCCOLL_GPU_AWARE='perhaps': expected one of"),
+])
+def test_check_environment_names_a_bad_variable(monkeypatch, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as raised:
+        settings.check_environment()
+    assert str(raised.value).startswith(message)
+
+
+def test_algorithm_variables_take_auto_native_and_registered_names(monkeypatch):
+    for value, parsed in (("auto", None), ("native", "native"), (" ring ", "ring")):
+        monkeypatch.setenv("HPCCOLL_ALLREDUCE_ALGORITHM", value)
+        assert settings.read("HPCCOLL_ALLREDUCE_ALGORITHM") == parsed
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", "None")
+    assert settings.read("HPCCOLL_TUNING_FILE") == "none"
+    settings.check_environment()

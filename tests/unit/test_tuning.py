@@ -28,3 +28,21 @@ def test_auto_decides_alike_on_every_rank(collective, table, monkeypatch):
                 decided = spec.decision_call(call)
                 chosen.add(tuning.choose(decided, spec.message_count(decided) * 4))
             assert len(chosen) == 1, (p, counts, chosen, [c.counts for c in calls])
+
+
+@pytest.mark.parametrize("collectives, message", [
+    ([], "\"collectives\" must map each collective's name to a list of entries, not be a "
+         "list"),
+    ({"allreduce": {}}, "allreduce: expected a list of entries, got a dict"),
+    ({"allreduce": [[2, 2]]}, "allreduce: an entry needs \"ranks\": [low, high]"),
+    ({"allreduce": [{"ranks": ["a", "b"], "rules": []}]},
+     "allreduce: an entry needs \"ranks\": [low, high]"),
+    ({"allreduce": [{"ranks": [2, 2], "rules": [{"max_bytes": "8", "algorithm": "ring"},
+                                                {"max_bytes": None, "algorithm": "ring"}]}]},
+     "allreduce: an entry needs"),
+])
+def test_a_malformed_table_is_a_value_error_saying_what(collectives, message):
+    table = {"format": tuning.FORMAT, "collectives": collectives}
+    with pytest.raises(ValueError) as raised:
+        tuning.check_table(table, "tuning file t.json")
+    assert str(raised.value).startswith(f"tuning file t.json: {message}")
