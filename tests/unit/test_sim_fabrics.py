@@ -2,15 +2,14 @@
 choice by ECMP hash, the --pause limits, planner options, and the cost model's full-mesh steps
 of segmented blocks.
 
-The platform tests need no SimGrid; the replay tests do (see test_sim.py's ``simgrid``
-fixture): SimGrid's routes are the platform's, uncontended paths take the cost model's
-time, a nearest-neighbour ring beats one laid across the torus.
+The platform tests need no SimGrid; the replay tests do (test_sim.py's ``simgrid`` fixture):
+SimGrid's routes are the platform's, uncontended paths take the cost model's time, a
+nearest-neighbour ring beats one laid across the torus.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 
@@ -22,14 +21,7 @@ from hpccoll.sim import engine
 from hpccoll.sim.platform import KINDS, build, describe
 from hpccoll.sim.replay import Pause
 from hpccoll.tools.arguments import planner_option
-
-
-@pytest.fixture(scope="module")
-def simgrid():
-    if not engine.available():
-        if os.environ.get("HPCCOLL_REQUIRE_SIM") == "1":
-            pytest.fail(f"SimGrid is required here (HPCCOLL_REQUIRE_SIM=1): {engine.INSTALL}")
-        pytest.skip(engine.INSTALL)
+from test_sim import simgrid  # noqa: F401 -- the fixture: SimGrid there, or skip/fail
 
 
 def ring_distance(a: int, b: int, size: int, wrap: bool) -> int:
