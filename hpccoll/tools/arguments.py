@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import os
+import tempfile
 from typing import Callable
 
 
@@ -70,6 +71,37 @@ def size_range(text: str) -> str:
     return text
 
 
+def check_whole_elements(sizes: str, dtype: str) -> None:
+    """ValueError unless every size that ``sizes`` (one size, or a range :func:`size_range`
+    takes) gives in bytes is a whole number of ``dtype`` elements: a size is never rounded
+    to elements behind the user's back."""
+    import numpy as np
+
+    from .results import size_range as sizes_of
+    itemsize = np.dtype(dtype).itemsize
+    for size in sizes_of(sizes):
+        if size % itemsize:
+            raise ValueError(f"{sizes} gives {size} B, not a whole number of {dtype} elements "
+                             f"({itemsize} B each)")
+
+
+def check_sizes_of(args: argparse.Namespace) -> None:
+    """:func:`check_whole_elements` on the sizes a command was given (``--bytes``, else
+    ``-m/--sizes``) and its ``--dtype``, as a UsageError naming the option."""
+    if getattr(args, "dtype", None) is None:
+        return
+    if getattr(args, "bytes", None) is not None:
+        option, sizes = "--bytes", str(args.bytes)
+    elif getattr(args, "sizes", None):
+        option, sizes = "-m/--sizes", args.sizes
+    else:
+        return
+    try:
+        check_whole_elements(sizes, args.dtype)
+    except ValueError as error:
+        raise UsageError(args.prog, f"argument {option}: {error}") from None
+
+
 def dtype(text: str) -> str:
     """An element type hpccoll supports, kept as written."""
     import numpy as np
@@ -86,17 +118,39 @@ def dtype(text: str) -> str:
 
 
 def output_file(path: str) -> str:
-    """A file to write, in a directory that exists."""
+    """A file this process can write, checked when the arguments are read (before a run whose
+    results would otherwise be lost at the end): not a directory, in a directory that exists,
+    and writable (tried: an existing file opened for appending, unchanged; a new one by a
+    probe file created and removed beside it, so that ranks checking at once never clash)."""
     directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(directory):
         raise argparse.ArgumentTypeError(f"cannot write {path}: no directory {directory}")
+    try:
+        if os.path.exists(path):
+            with open(path, "a"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".hpccoll-probe-"):
+                pass
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot write {path}: {error.strerror}") from None
     return path
+
+
+MATPLOTLIB_MISSING = ("needs matplotlib: pip install matplotlib (or, from a checkout of "
+                      "hpccoll, pip install '.[plot]')")
+
+
+def have_matplotlib() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def plot_file(path: str) -> str:
     """A picture to write: :func:`output_file`, and matplotlib there to draw it."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise argparse.ArgumentTypeError("needs matplotlib: pip install 'hpccoll[plot]'")
+    if not have_matplotlib():
+        raise argparse.ArgumentTypeError(MATPLOTLIB_MISSING)
     return output_file(path)
 
 

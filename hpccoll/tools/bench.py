@@ -33,7 +33,8 @@ from .. import api, registry, settings
 from ..collectives import spec
 from ..runtime import buffers, device
 from ..schedule import RECV
-from .bench_command import API_NATIVE, selected_algorithms
+from .bench_command import API_NATIVE, selected_algorithms, skipped_by_all
+from .launcher import note_if_alone
 from .results import Result, plot, size_range, write_json
 from .timing import Timing, measure
 
@@ -203,11 +204,12 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
         straggler: Straggler | None = None, min_time: float = 0.0,
-        memory: str = "host") -> list[Result]:
+        memory: str = "host", skipped: str | None = None) -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
     at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
-    ``out`` as it goes (and a progress bar on stderr with ``progress``); buffers in ``memory``
-    ("host", or "cuda": GPU memory).  Returns the results (on every rank)."""
+    ``out`` as it goes (and a progress bar on stderr with ``progress``), its header saying
+    what was ``skipped``; buffers in ``memory`` ("host", or "cuda": GPU memory).  Returns the
+    results (on every rank)."""
     p = comm.size
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
         if progress and comm.rank == 0 else None
@@ -219,12 +221,15 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         (lambda line: None)
     where = "" if memory == "host" else \
         f", buffers in GPU memory ({'GPU-aware MPI' if buffers.gpu_aware() else 'staged'})"
-    say(f"# hpccoll bench {collective}: {p} ranks, {dt}{where}, {library_version()}")
+    say(f"# hpccoll bench {collective}: {p} rank{'s' if p > 1 else ''}, {dt}{where}, "
+        f"{library_version()}")
     say(f"# time = median over iterations of the slowest rank; spread = (p90 - p10) / median "
         f"of those times; busbw factor {spec(collective).busbw_factor(p):.3f}; "
         f"vs native = native time / time")
     say(f"# iterations per cell: at least {iterations}, and at least {min_time:g} s of them "
         f"(barriers included); {warmup} warm-up call(s) first")
+    if skipped:
+        say(f"# {skipped}")
     if straggler is not None:
         say(f"# straggler: rank {straggler.rank} starts {straggler.delay * 1e6:g} us late, "
             f"pauses {straggler.pause * 1e6:g} us before a step with probability "
@@ -301,6 +306,7 @@ def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
 def main(args: Any, argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
+    note_if_alone(args.prog, comm.size, "benchmarking")
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     straggler = Straggler.parse(args.delay, args.pause)
     if straggler is not None and not 0 <= straggler.rank < comm.size:
@@ -310,7 +316,8 @@ def main(args: Any, argv: list[str]) -> int:
                          "NUMBA_ENABLE_CUDASIM=1 simulates one)")
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
-                  args.min_time, args.device)
+                  args.min_time, args.device,
+                  skipped_by_all(args.collective, args.algorithms, comm.size))
     if args.json and comm.rank == 0:
         meta = {**metadata(comm, argv), "min_iterations": args.iterations,
                 "min_time": args.min_time, "warmup": args.warmup}

@@ -18,6 +18,12 @@ BENCH_COLLECTIVES = tuple(name for name, c in SPECS.items() if not c.vector)
 API_NATIVE = "hpccoll-native"
 
 
+SIZES_HELP = ("MIN:MAX in bytes (K/M/G suffixes), as OSU's -m: MIN, 2 MIN, 4 MIN, ... up to "
+              "MAX (which is run only if it is one of them), or MIN times powers of FACTOR "
+              "with MIN:MAX:FACTOR; each size a whole number of --dtype elements (else an "
+              "error: sizes are never rounded); default {default}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``hpccoll bench``'s arguments, on ``parser``."""
     parser.add_argument("collective", choices=BENCH_COLLECTIVES)
@@ -25,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated algorithm names, or 'all' (native is always run "
                              "as the baseline)")
     parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range,
-                        help="MIN:MAX in bytes (K/M/G suffixes): MIN times powers of two, "
-                             "or of FACTOR with MIN:MAX:FACTOR; default 8:16M")
+                        help=SIZES_HELP.format(default="8:16M"))
     add_timing_arguments(parser, timing.MIN_ITERATIONS, timing.MIN_TIME, 10)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype,
                         help="element type, default float32")
@@ -70,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="time algorithms against the native "
                                                  "collective (run under mpiexec/srun)")
     add_arguments(parser)
-    parser.set_defaults(handler=run, prog=parser.prog)
+    parser.set_defaults(handler=run, prog=parser.prog, reads_environment=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,16 +87,40 @@ def selected_algorithms(collective: str, given: str, p: int) -> list[str]:
     """A comma list of names, 'all' (every applicable algorithm) among them, -> names with
     native first; named ones must apply at p ('auto' is allowed: what algorithm="auto" picks,
     size by size; and 'hpccoll-native': algorithm="native" through hpccoll's API)."""
-    call = spec(collective).uniform_call(p, 0, 1)
+    why_not = inapplicable(collective, p)
     names: list[str] = []
-    for name in (n.strip() for n in given.split(",")):
+    for name in _listed(given):
         if name == "all":
-            names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
-        elif name and name != registry.NATIVE:
-            reason = None if name in ("auto", API_NATIVE) else \
-                registry.get(collective, name).violated(call)
-            if reason:
+            names += [a.name for a in registry.algorithms(collective) if a.name not in why_not]
+        elif name != registry.NATIVE:
+            if name not in ("auto", API_NATIVE):
+                registry.get(collective, name)          # an unknown name raises here
+            if name in why_not:
                 raise ValueError(f"algorithm {name!r} cannot serve {collective} on {p} ranks: "
-                                 f"it requires {reason}")
+                                 f"it requires {why_not[name]}")
             names.append(name)
     return [registry.NATIVE] + list(dict.fromkeys(names))
+
+
+def _listed(given: str) -> list[str]:
+    """The names of a comma-separated list, blanks dropped."""
+    return [name for name in (n.strip() for n in given.split(",")) if name]
+
+
+def inapplicable(collective: str, p: int) -> dict[str, str]:
+    """The registered algorithms of ``collective`` that cannot run on p ranks (of the
+    benchmark's uniform call), each with the condition it needs."""
+    call = spec(collective).uniform_call(p, 0, 1)
+    verdicts = {a.name: a.violated(call) for a in registry.algorithms(collective)}
+    return {name: reason for name, reason in verdicts.items() if reason is not None}
+
+
+def skipped_by_all(collective: str, given: str, p: int) -> str | None:
+    """What 'all' in ``given`` leaves out on p ranks, and why, as one line (None: nothing)."""
+    if "all" not in _listed(given):
+        return None
+    why_not = inapplicable(collective, p)
+    if not why_not:
+        return None
+    return f"not run on {p} ranks (they do not apply): " + "; ".join(
+        f"{name} (needs {reason})" for name, reason in why_not.items())

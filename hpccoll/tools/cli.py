@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
+from .. import __version__, settings
 from ..sim.engine import SimulatorMissing
 from . import bench_command, explain, listing, report, simulate, topology, tune, verify
-from .arguments import Parser, UsageError
+from .arguments import Parser, UsageError, check_sizes_of
 from .jobs import command as jobs_command
+from .launcher import NO_MPI_LIBRARY, is_missing_library, reporting_rank
 
 COMMANDS = (bench_command, verify, topology, explain, tune, simulate, report, jobs_command,
             listing)
@@ -19,14 +22,16 @@ COMMANDS = (bench_command, verify, topology, explain, tune, simulate, report, jo
 # (argparse's own errors are UsageError).  Anything else (a bug, a collective that timed out)
 # keeps its traceback, on every rank that has it.
 USER_ERRORS = (ValueError, TypeError, KeyError, OSError, SimulatorMissing)
-# Where MPI launchers put the rank of the process they started.
-RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 LATE_EXIT_SECONDS = 1.0
+# the exit status of a command whose reader closed its output (``hpccoll list | head``): a
+# process ended by SIGPIPE's, as the shell reports it
+CLOSED_OUTPUT_STATUS = 128 + signal.SIGPIPE
 
 
 def parser() -> Parser:
     """The ``hpccoll`` parser, each subcommand registered by its module."""
     parser = Parser(prog="hpccoll", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hpccoll {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -35,16 +40,30 @@ def parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``hpccoll ARGV``; a user error is one line ``hpccoll SUBCOMMAND: error: ...`` on
-    stderr (rank 0's only, under an MPI launcher) and exit status 2."""
+    stderr (rank 0's only, under an MPI launcher) and exit status 2.  A command that runs or
+    explains collectives (``reads_environment``) first checks every ``HPCCOLL_*`` variable,
+    so that a bad one is that line, not a failure of its first call; a reader that closes
+    the output early ends the command quietly."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parser().parse_args(argv, argparse.Namespace(command_line=["hpccoll", *argv]))
+        check_sizes_of(args)
     except UsageError as error:
         return _fail(error.prog, error.message)
     try:
-        return args.handler(args)
+        if getattr(args, "reads_environment", False):
+            settings.check_environment()
+        status = args.handler(args)
+        sys.stdout.flush()          # a closed reader is found here, not at the exit
+        return status
+    except BrokenPipeError:
+        return _closed_output()
     except USER_ERRORS as error:
         return _fail(args.prog, _message(error))
+    except RuntimeError as error:
+        if not is_missing_library(error):
+            raise
+        return _fail(args.prog, NO_MPI_LIBRARY)
 
 
 def _message(error: BaseException) -> str:
@@ -56,7 +75,7 @@ def _message(error: BaseException) -> str:
 
 
 def _fail(prog: str, message: str) -> int:
-    if _launched_rank() == 0:
+    if reporting_rank():
         print(f"{prog}: error: {' '.join(message.splitlines())}", file=sys.stderr)
     else:
         # the other ranks leave rank 0 time to report: a launcher that ends the job at the
@@ -65,10 +84,10 @@ def _fail(prog: str, message: str) -> int:
     return 2
 
 
-def _launched_rank() -> int:
-    """This process's rank as an MPI launcher (or srun) set it, 0 outside one."""
-    for variable in RANK_VARIABLES:
-        value = os.environ.get(variable, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+def _closed_output() -> int:
+    """The output's reader is gone: what is still buffered goes nowhere (Python's flush at
+    exit would otherwise report the broken pipe), and the command ends without a word."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_OUTPUT_STATUS

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..collectives import NAMES as COLLECTIVES
 from . import arguments
+from .launcher import note_if_alone
 
 
 def add_parser(subparsers: Any) -> None:
@@ -18,10 +19,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--bytes", required=True, type=arguments.size,
                         help="message size, benchmark convention (K/M/G suffixes)")
     parser.add_argument("--ranks", type=arguments.at_least(1),
-                        help="communicator size (default: this job's)")
+                        help="communicator size (default: this job's, 1 outside mpiexec/srun, "
+                             "said so; under mpiexec rank 0 answers)")
     parser.add_argument("--topology", help="a topology spec or file (default: one node)")
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
-    parser.set_defaults(handler=run, prog=parser.prog)
+    parser.set_defaults(handler=run, prog=parser.prog, reads_environment=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if p is None:
         from mpi4py import MPI
         p = MPI.COMM_WORLD.Get_size()
+        if MPI.COMM_WORLD.Get_rank() != 0:       # in a job: rank 0 answers for it
+            return 0
+        note_if_alone(args.prog, p, "explaining a call", "--ranks N")
     nbytes = args.bytes
     topology = from_spec(args.topology, p) if args.topology else None
     call = costmodel.stand_in(args.collective, p, nbytes, np.dtype(args.dtype).itemsize,

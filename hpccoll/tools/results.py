@@ -74,16 +74,42 @@ class Result:
 
 
 def plot(results: list[Result], path: str, title: str | None = None) -> None:
-    """Bus bandwidth and time against message size, one line per algorithm (native dashed),
-    under ``title`` (default: bench's); needs matplotlib (the ``plot`` extra)."""
+    """:func:`figure` of ``results`` written to ``path``; needs matplotlib (the ``plot``
+    extra)."""
+    from .arguments import MATPLOTLIB_MISSING
     try:
         import matplotlib
     except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'hpccoll[plot]'") from None
+        raise RuntimeError(f"--plot {MATPLOTLIB_MISSING}") from None
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = figure(results, title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(results: list[Result], title: str | None = None) -> Any:
+    """Bus bandwidth and time against message size, one line per algorithm (native dashed),
+    or at a single size one bar per algorithm, each labelled with its value; under ``title``
+    (default: bench's)."""
     import matplotlib.pyplot as plt
     first = results[0]
     fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    sizes = sorted({r.bytes for r in results})
+    if len(sizes) == 1:
+        _bars(results, bw, lat)
+        suffix = f", {human_size(sizes[0])} B"
+    else:
+        _lines(results, bw, lat)
+        suffix = ""
+    fig.suptitle((title or f"hpccoll bench {first.collective}: {first.ranks} ranks, "
+                           f"{first.dtype}") + suffix)
+    fig.tight_layout()
+    return fig
+
+
+def _lines(results: list[Result], bw: Any, lat: Any) -> None:
+    """One line per algorithm against message size (native dashed)."""
     for name in dict.fromkeys(r.algorithm for r in results):
         rows = [r for r in results if r.algorithm == name]
         style = dict(linestyle="--", color="black") if name == registry.NATIVE else {}
@@ -97,11 +123,21 @@ def plot(results: list[Result], path: str, title: str | None = None) -> None:
         axis.grid(True, which="both", alpha=0.3)
     lat.set_yscale("log")
     bw.legend(fontsize=8)
-    fig.suptitle(title or f"hpccoll bench {first.collective}: {first.ranks} ranks, "
-                          f"{first.dtype}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+
+def _bars(results: list[Result], bw: Any, lat: Any) -> None:
+    """One bar per algorithm (native's grey), its value written on it: a single size."""
+    names = [r.algorithm for r in results]
+    colours = ["0.55" if name == registry.NATIVE else f"C{i % 10}"
+               for i, name in enumerate(names)]
+    for axis, values, label in ((bw, [r.busbw_gbs for r in results], "bus bandwidth (GB/s)"),
+                                (lat, [r.time_us for r in results], "time (us)")):
+        bars = axis.bar(range(len(names)), values, color=colours)
+        axis.bar_label(bars, [f"{v:.3g}" for v in values], fontsize=8, padding=2)
+        axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        axis.set_ylabel(label)
+        axis.margins(y=0.15)
+        axis.grid(True, axis="y", alpha=0.3)
 
 
 def write_json(path: str, meta: dict[str, Any], results: list[Result]) -> None:
@@ -119,7 +155,7 @@ def human_size(n: int) -> str:
 def report(paths: list[str]) -> str:
     """Markdown tables from ``bench --json`` (and ``simulate --json``) files: per run, each
     size's baseline time (native's; simulate's: its first algorithm's) and every algorithm's
-    speed relative to it, the best one marked."""
+    speed relative to it, the fastest one (the baseline itself, if none is faster) marked."""
     out = []
     for path in paths:
         with open(path) as f:
@@ -143,7 +179,8 @@ def report(paths: list[str]) -> str:
                 row = rows.get(name)
                 cells.append("-" if row is None or row["vs_native"] is None
                              else f"{row['vs_native']:.2f}x")
-            ranked = [rows[n] for n in names if n in rows and rows[n]["vs_native"]]
+            # the baseline is a candidate (first: a tie is its): nothing slower is "best"
+            ranked = [rows[n] for n in [baseline, *names] if n in rows and rows[n]["vs_native"]]
             best = max(ranked, key=lambda r: r["vs_native"], default=None)
             native_us = f"{native['time_us']:.1f}" if native else "-"
             best_text = f"{best['algorithm']} {best['vs_native']:.2f}x" if best else "-"

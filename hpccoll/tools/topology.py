@@ -13,15 +13,15 @@ def add_parser(subparsers: Any) -> None:
                                                     "topology of MPI_COMM_WORLD (run under "
                                                     "mpiexec/srun)")
     parser.add_argument("--json", action="store_true", help="one region id per rank and level")
-    parser.set_defaults(handler=run, prog=parser.prog)
+    parser.set_defaults(handler=run, prog=parser.prog, reads_environment=True)
 
 
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from .. import api
+    from ..context import topology
     comm = MPI.COMM_WORLD
-    found = api.topology(comm)
+    found = topology(comm)
     names = comm.gather(MPI.Get_processor_name())
     if comm.rank == 0:
         if args.json:

@@ -12,8 +12,9 @@ import sys
 from typing import Any
 
 from . import arguments
-from .bench_command import (API_NATIVE, BENCH_COLLECTIVES, add_timing_arguments,
-                            selected_algorithms)
+from .bench_command import (API_NATIVE, BENCH_COLLECTIVES, SIZES_HELP, add_timing_arguments,
+                            selected_algorithms, skipped_by_all)
+from .launcher import note_if_alone
 from .simulate import algorithms_for, platform_spec, simulate
 
 
@@ -32,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
                                                 "(run under mpiexec)")
     parser.add_argument("collectives", nargs="*", metavar="COLLECTIVE", type=bench_collective,
                         help=f"default: {' '.join(BENCH_COLLECTIVES)}")
-    parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range)
+    parser.add_argument("-m", "--sizes", default="8:16M", type=arguments.size_range,
+                        help=SIZES_HELP.format(default="8:16M"))
     add_timing_arguments(parser, 10, 0.05, 5)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
     parser.add_argument("--repeat", type=int, default=3,
@@ -46,12 +48,12 @@ def add_parser(subparsers: Any) -> None:
                              "native) instead of timing them here")
     parser.add_argument("--platform", type=platform_spec, default=None,
                         help="with --simulate: the machine, as hpccoll simulate takes it")
-    parser.set_defaults(handler=run, prog=parser.prog)
+    parser.set_defaults(handler=run, prog=parser.prog, reads_environment=True)
 
 
 def _existing(path: str) -> Any:
     from .. import tuning
-    return tuning.load_table(path, os.stat(path).st_mtime) if os.path.exists(path) else None
+    return tuning.load(path) if os.path.exists(path) else None
 
 
 def run_simulated(args: argparse.Namespace) -> int:
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import tuning
     from . import bench
     comm = MPI.COMM_WORLD
+    note_if_alone(args.prog, comm.size, "timing the algorithms")
     collectives = args.collectives or list(BENCH_COLLECTIVES)
     table = _existing(args.out)
     for collective in collectives:
@@ -100,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
             results = bench.run(comm, collective, names, bench.size_range(args.sizes),
                                 args.dtype, args.iterations, args.warmup, check=sweep == 0,
                                 out=sys.stdout if comm.rank == 0 else None,
-                                min_time=args.min_time)
+                                min_time=args.min_time,
+                                skipped=skipped_by_all(collective, "all", comm.size))
             if any(r.wrong for r in results):
                 if comm.rank == 0:
                     print(f"hpccoll tune: wrong results for {collective}; no table written",

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ...collectives import NAMES as COLLECTIVES
 from .. import bench_command, verify
-from ..arguments import Parser, UsageError
+from ..arguments import Parser, UsageError, check_whole_elements
 from . import JobError
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
@@ -409,6 +409,10 @@ def _check_sweep(request: Request, name: str, used: set[str], option: Any,
     if not ok:
         raise JobError(f"unsupported dtype {dtype!r}; hpccoll supports "
                        f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}")
+    try:
+        check_whole_elements(sizes, dtype)
+    except ValueError as error:
+        raise JobError(f"--sizes: {error}") from None
     context["dtype"] = dtype
     if "algorithms" in used:
         spec = option("algorithms").strip()
