@@ -10,10 +10,7 @@ Public names load on first use (PEP 562), so ``import hpccoll`` and the tools th
 MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
 
 from . import topology as _topology_module  # noqa: F401  (loaded now: see _EXPORTS)
 
@@ -45,16 +42,18 @@ _SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on th
 __all__ = list(_EXPORTS) + list(_SUBPACKAGES)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
+        return _importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hpccoll' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    """The public names (the exports, the loaded submodules) and ``__version__``."""
+    loaded = {name for name in globals() if not name.startswith("_")}
+    return sorted(loaded | set(__all__) | {"__version__"})
