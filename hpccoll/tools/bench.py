@@ -306,7 +306,6 @@ def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
 def main(args: Any, argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
-    note_if_alone(args.prog, comm.size, "benchmarking")
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     straggler = Straggler.parse(args.delay, args.pause)
     if straggler is not None and not 0 <= straggler.rank < comm.size:
@@ -314,6 +313,7 @@ def main(args: Any, argv: list[str]) -> int:
     if args.device == "cuda" and not device.available():
         raise ValueError("--device cuda: no CUDA GPU here (numba.cuda finds none; "
                          "NUMBA_ENABLE_CUDASIM=1 simulates one)")
+    note_if_alone(args.prog, comm.size, "benchmarking")      # the arguments hold: it runs
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
                   args.min_time, args.device,
