@@ -147,15 +147,18 @@ def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     one: an MPI library it recognises, a collective and dtype it takes, equal blocks and an
     op the library predefines; None otherwise."""
     call = args.call
-    if len(set(call.counts)) > 1 or not native.runs(args.collective, args.dtype):
+    if len(set(call.counts)) > 1 or \
+            not native.runs(args.collective, args.dtype, max(call.counts, default=0)):
         return None
     op = buffers.native_op(args.op, args.dtype) if args.op else None
     if op is not None and not op.is_predefined:
         return None
     send_n, recv_n = args.spec.sizes(call)
+    no_send = call.in_place or args.spec.one_buffer
     return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0], call.p,
-                      None if call.in_place else send_n, recv_n,
-                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
+                      None if no_send else send_n,
+                      None if ignores_recvbuf(args.spec, call.rank, call.root) else recv_n,
+                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag, call.root)
 
 
 def _nothing() -> None:
@@ -200,36 +203,39 @@ def _array(buf: Any) -> Any:
 
 
 class LastCall:
-    """A collective's last blocking call, served again without validation when it repeats.
+    """A blocking call validated once and served again without validation (:meth:`repeat`):
+    the last call of each collective through :func:`run_collective`, and the last call of
+    each method of an :class:`hpccoll.Comm`.
 
     A repeat is the same communicator, op, root and algorithm (the same objects, or equal
-    ints and names), no counts or options, and NumPy arrays -- any arrays: what the prepared
-    call depends on is checked on the arrays at each call (dtype; size, C layout, writability
-    and overlap, by the compiled executor itself where it runs), and their addresses are
-    read anew, so a buffer freed and its memory reused, or an array resized in place, is
-    still served right or validated afresh.  The prepared call stays valid while its context
-    keeps it in its validated calls (listed there under itself): a context freed, revoked,
-    recovered or given another topology drops them (the validating path then raises or
-    prepares anew).
+    ints and names), counts that the caller confirmed equal, no options, and NumPy arrays --
+    any arrays: what the prepared call depends on is checked on the arrays at each call
+    (dtype; size, C layout, writability and overlap, by the compiled executor itself where
+    it runs), and their addresses are read anew, so a buffer freed and its memory reused, or
+    an array resized in place, is still served right or validated afresh.  The prepared call
+    stays valid while its context keeps it in its validated calls (listed there under
+    itself): a context freed, revoked, recovered or given another topology drops them, and
+    so does every change of the settings (check mode validates and agrees on every call:
+    no call is remembered in check mode); the validating path then raises or prepares anew.
     On one rank a scheduled algorithm's result is the send buffer (or, in place, what the
     receive buffer holds): a repeat on the very arrays validated here (weak references), of
     the shape they had, is NumPy's copy of one into the other (``alone``); any other array
-    takes the path above.
-    Check mode (``HPCCOLL_CHECK``) validates and agrees on every call: the last calls are
-    forgotten whenever the settings change, and not remembered in check mode."""
+    takes the path above."""
 
-    __slots__ = ("comm", "in_place", "op", "root", "algorithm", "prepared", "ctx", "calls",
-                 "compiled", "runner", "send_n", "recv_n", "dtype", "alone", "sent",
-                 "received", "shape")
+    __slots__ = ("comm", "no_send", "op", "root", "algorithm", "prepared", "ctx", "calls",
+                 "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv", "alone",
+                 "sent", "received", "shape")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
-        self.comm, self.in_place, self.op, self.root = comm, sendbuf is MPI.IN_PLACE, op, root
+        self.comm, self.op, self.root = comm, op, root
+        self.no_send = sendbuf if send is None else _nothing    # IN_PLACE, or None (bcast)
         self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
         self.runner: Runner | None = None   # the last run's binding on the compiled executor
         self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
         self.send_n = None if send is None else send.size
         self.recv_n, self.dtype = recv.size, recv.dtype
+        self.ignores_recv = prepared.ignores_recv       # a reduce's other ranks: send[:0]
         self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
             (send is None or send.shape == recv.shape)
         self.sent = self.received = _nothing
@@ -243,20 +249,44 @@ class LastCall:
     def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
            counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
         """The last call to remember for this one, if it can repeat (NumPy arrays on the
-        host, no counts or options, every rank receiving, not in check mode)."""
-        if counts is not None or options is not None or prepared.ignores_recv or \
-                not isinstance(comm, MPI.Comm) or type(recvbuf) is not np.ndarray or \
-                not (sendbuf is MPI.IN_PLACE or type(sendbuf) is np.ndarray) or \
+        host, no counts or options, not in check mode)."""
+        if counts is not None or options is not None or not isinstance(comm, MPI.Comm) or \
+                not (send is None or type(sendbuf) is np.ndarray) or \
+                not (prepared.ignores_recv or type(recvbuf) is np.ndarray) or \
                 prepared.on_device or settings.current.check or \
                 settings.current.stall is not None:
             return None
         return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
 
+    def repeat(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """Run the call again on ``send`` (None: in place, or none) and ``recv`` (ignored
+        where the rank receives nothing) of the validated dtype: True when done, False
+        (nothing sent) if the arrays are not as validated or the call no longer is."""
+        if self.prepared not in self.calls:
+            return False
+        if self.ignores_recv:
+            recv = send[:0]
+        elif self.alone and send is self.sent() and recv is self.received() and \
+                recv.shape == self.shape and (send is None or send.shape == self.shape):
+            if send is not None:
+                recv[...] = send
+            return True
+        compiled = self.compiled
+        if compiled is not None:
+            code = compiled.start(recv if send is None else send, recv, compiled.state,
+                                  compiled.handles)
+            return code == native.DONE or compiled.finish(code, send, recv)
+        runner = self.runner
+        if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
+            code = runner.function(recv if send is None else send, recv, runner.state,
+                                   runner.handles, runner.polls)
+            return code == scheduled.DONE or self.resume(code, send, recv)
+        return self.run(send, recv)
+
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
         validated; False (nothing done) if not.  The run's binding, where it ran on the
-        compiled executor, serves the next repeat (:func:`run_collective` runs it at once;
-        the function checks the arrays)."""
+        compiled executor, serves the next repeat."""
         if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return False
         operation = self.prepared.start(send, recv)
@@ -275,18 +305,17 @@ class LastCall:
         Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx).wait()
         return True
 
-    @staticmethod
-    def alike(array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
+    def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
         """Whether ``array`` is as validated: size, C layout (and writable)."""
         if array is None:
             return True
         flags = array.flags
-        return array.size == size and flags.c_contiguous and (flags.writeable or not write)
+        return array.size == size and flags.c_contiguous and (flags.writeable or not write) \
+            and array.dtype is self.dtype
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
-_NDARRAY, _IN_PLACE = np.ndarray, MPI.IN_PLACE  # (read on every call)
-settings.on_change(lambda _: _last_calls.clear())
+_NDARRAY = np.ndarray                       # (read on every call)
 
 
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
@@ -298,39 +327,27 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
     last = _last_calls.get(collective)
     if last is not None and comm is last.comm and op is last.op and \
             algorithm == last.algorithm and root == last.root and counts is None and \
-            options is None and type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype and \
-            last.prepared in last.calls:
-        if last.in_place:
-            repeat, send = sendbuf is _IN_PLACE, None
+            options is None:
+        if last.send_n is None:
+            repeat, send = sendbuf is last.no_send, None
         else:
             repeat = type(sendbuf) is _NDARRAY and sendbuf.dtype is last.dtype
             send = sendbuf
-        if repeat:
-            if last.alone and send is last.sent() and recvbuf is last.received() and \
-                    recvbuf.shape == last.shape and (send is None or send.shape == last.shape):
-                if send is not None:
-                    recvbuf[...] = send
-                return
-            compiled, runner = last.compiled, last.runner
-            if compiled is not None:
-                code = compiled.start(recvbuf if send is None else send, recvbuf,
-                                      compiled.state, compiled.handles)
-                if code == native.DONE or compiled.finish(code, send, recvbuf):
-                    return
-            elif runner is not None and runner.binding.runner is runner and \
-                    not runner.binding.busy:
-                code = runner.function(recvbuf if send is None else send, recvbuf,
-                                       runner.state, runner.handles, runner.polls)
-                if code == scheduled.DONE or last.resume(code, send, recvbuf):
-                    return
-            elif last.run(send, recvbuf):
-                return
+        if repeat and (last.ignores_recv or type(recvbuf) is _NDARRAY and
+                       recvbuf.dtype is last.dtype) and last.repeat(send, recvbuf):
+            return
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                    root=root, algorithm=algorithm, options=options)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
                        algorithm, options)
     if last is not None:
         _last_calls[collective] = last
+    run_prepared(prepared, send, recv)
+
+
+def run_prepared(prepared: Prepared, send: Any, recv: Any) -> None:
+    """Run a prepared blocking call on its validated arrays (on the compiled executor where
+    it runs the call)."""
     if prepared.compiled is not None and not settings.current.check:
         prepared.ctx.check()
         if prepared.compiled.run(send, recv):

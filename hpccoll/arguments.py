@@ -189,15 +189,15 @@ def _buffer_key(buf: Any, writable: bool) -> tuple | str | None:
 def _vector_key(buffer_spec: Any, writable: bool) -> tuple:
     """The key of alltoallv's ``[array, counts(, displs)]`` (or ``[array, (counts, displs)]``)."""
     array, *layout = buffer_spec
-    return (_buffer_key(array, writable), *map(_frozen, layout))
+    return (_buffer_key(array, writable), *map(frozen, layout))
 
 
-def _frozen(value: Any) -> Any:
+def frozen(value: Any) -> Any:
     """Counts and displacements (nested sequences or arrays of integers) as nested tuples."""
     if isinstance(value, np.ndarray):
         return tuple(value.tolist())
     if isinstance(value, (list, tuple)):
-        return tuple(map(_frozen, value))
+        return tuple(map(frozen, value))
     return value
 
 

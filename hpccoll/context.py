@@ -209,6 +209,20 @@ def _free_at_exit() -> None:
             comm.Delete_attr(_KEYVAL)
 
 
+def _forget_validated_calls(_: settings.Settings) -> None:
+    """Settings changed (check mode, a stall): every context forgets its validated calls, so
+    that no repeat runs without what the new settings ask of a call (each repeat path holds
+    its call while its context keeps it)."""
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        for comm in _attached.values():
+            found = existing_context(comm)
+            if found is not None:
+                found.calls.clear()
+
+
+settings.on_change(_forget_validated_calls)
+
+
 def existing_context(comm: MPI.Comm) -> Context | None:
     """The :class:`Context` of ``comm`` if it has one already (no communication; None for a
     communicator that cannot hold one, such as ``MPI.COMM_NULL``: validation says why)."""

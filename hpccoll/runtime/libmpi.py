@@ -22,9 +22,10 @@ from mpi4py import MPI
 
 # the functions called, by their index in :func:`addresses`
 FUNCTIONS = ("MPI_Iallreduce", "MPI_Iallgather", "MPI_Ialltoall", "MPI_Ireduce_scatter",
-             "MPI_Test", "MPI_Iprobe", "MPI_Wtime", "MPI_Startall", "MPI_Testsome")
-(IALLREDUCE, IALLGATHER, IALLTOALL, IREDUCE_SCATTER, TEST, IPROBE, WTIME, STARTALL,
- TESTSOME) = range(len(FUNCTIONS))
+             "MPI_Ibcast", "MPI_Ireduce", "MPI_Test", "MPI_Iprobe", "MPI_Wtime",
+             "MPI_Startall", "MPI_Testsome")
+(IALLREDUCE, IALLGATHER, IALLTOALL, IREDUCE_SCATTER, IBCAST, IREDUCE, TEST, IPROBE, WTIME,
+ STARTALL, TESTSOME) = range(len(FUNCTIONS))
 STATUS_WORDS = 16               # int64 words that hold any MPI_Status of the two libraries
 
 

@@ -2,8 +2,9 @@
 ``algorithm="native"`` (and of ``auto`` where it resolves to native) for blocking calls.
 
 One Numba-compiled function (:func:`_compiled`) posts the library's non-blocking collective
-(``MPI_Iallreduce``, ``MPI_Iallgather``, ``MPI_Ialltoall``, ``MPI_Ireduce_scatter`` -- the
-calls mpi4py's native path makes, so that the library runs the same algorithms)
+(``MPI_Iallreduce``, ``MPI_Iallgather``, ``MPI_Ialltoall``, ``MPI_Ireduce_scatter``,
+``MPI_Ibcast``, ``MPI_Ireduce`` -- the calls mpi4py's native path makes, so that the library
+runs the same algorithms)
 through function pointers to the symbols of the library mpi4py loaded, with the handles
 mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whether the
 library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
@@ -41,10 +42,13 @@ from . import abandoned, libmpi, progress
 from .libmpi import c_double, c_int, plain
 
 # the calls this executor runs: collective name -> code in the state array
-KINDS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "reduce_scatter": 3}
+KINDS = {"allreduce": libmpi.IALLREDUCE, "allgather": libmpi.IALLGATHER,
+         "alltoall": libmpi.IALLTOALL, "reduce_scatter": libmpi.IREDUCE_SCATTER,
+         "bcast": libmpi.IBCAST, "reduce": libmpi.IREDUCE}
+LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through mpi4py)
 # the state array: constants, then scratch; the status gets room for any MPI_Status
 (REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, COUNTS, SEND_N, RECV_N, NOTICE_TAG, ANY_SOURCE,
- IN_PLACE, POLLS, FUNCTION) = range(14)
+ IN_PLACE, ROOT, POLLS, FUNCTION) = range(15)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
 STATE_WORDS = STATUS + libmpi.STATUS_WORDS
 DATATYPE, OP, COMM = range(3)       # the handles array
@@ -52,11 +56,12 @@ DATATYPE, OP, COMM = range(3)       # the handles array
 DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
 
 
-def runs(collective: str, dtype: np.dtype) -> bool:
+def runs(collective: str, dtype: np.dtype, count: int = 0) -> bool:
     """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
-    on the CPU) with this MPI library (:func:`available`)."""
+    on the CPU) in blocks of ``count`` elements (C ints) with this MPI library
+    (:func:`available`)."""
     return collective in KINDS and np.dtype(dtype) != np.float16 and \
-        libmpi.available()
+        count <= LARGEST_COUNT and libmpi.available()
 
 
 class NativeCall:
@@ -64,12 +69,15 @@ class NativeCall:
     :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype."""
 
     def __init__(self, collective: str, label: str, comm: MPI.Comm, guard: Any,
-                 count: int, p: int, send_n: int | None, recv_n: int,
-                 datatype: MPI.Datatype, op: MPI.Op | None, notice_tag: int):
+                 count: int, p: int, send_n: int | None, recv_n: int | None,
+                 datatype: MPI.Datatype, op: MPI.Op | None, notice_tag: int, root: int = 0):
+        """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
+        receive buffer is not used (a reduce's non-root ranks)."""
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:STATUS] = libmpi.addresses()
-        state[KIND], state[COUNT], state[RECV_N] = KINDS[collective], count, recv_n
+        state[KIND], state[COUNT], state[ROOT] = KINDS[collective], count, root
+        state[RECV_N] = -1 if recv_n is None else recv_n
         self.counts = np.full(p, count, np.intc)        # reduce_scatter's recvcounts
         state[COUNTS] = self.counts.ctypes.data
         state[SEND_N] = -1 if send_n is None else send_n
@@ -146,9 +154,11 @@ def _compiled() -> Any:
     @njit(cache=True)
     def start(send, recv, state, handles):
         recv_n, itemsize = recv.size, recv.itemsize
-        if not plain(recv, True) or recv_n != state[RECV_N]:
-            return MISMATCH
         send_at, recv_at = np.int64(send.ctypes.data), np.int64(recv.ctypes.data)
+        if state[RECV_N] < 0:           # not used: no address, no overlap
+            recv_n, recv_at = 0, np.int64(0)
+        elif not plain(recv, True) or recv_n != state[RECV_N]:
+            return MISMATCH
         if state[IN_PLACE] != 0:
             send_at = state[IN_PLACE]
         elif not plain(send, False) or send.size != state[SEND_N] or \
@@ -161,12 +171,18 @@ def _compiled() -> Any:
         state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
         kind, count = state[KIND], np.int32(state[COUNT])
         datatype, op, comm = handles[DATATYPE], handles[OP], handles[COMM]
-        if kind == 0:
+        root = np.int32(state[ROOT])
+        if kind == libmpi.IALLREDUCE:
             error = c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
                                             request))
-        elif kind == 3:
+        elif kind == libmpi.IREDUCE_SCATTER:
             error = c_int(function[kind], (send_at, recv_at, state[COUNTS], datatype, op,
                                             comm, request))
+        elif kind == libmpi.IBCAST:
+            error = c_int(function[kind], (recv_at, count, datatype, root, comm, request))
+        elif kind == libmpi.IREDUCE:
+            error = c_int(function[kind], (send_at, recv_at, count, datatype, op, root, comm,
+                                            request))
         else:
             error = c_int(function[kind], (send_at, count, datatype, recv_at, count,
                                             datatype, comm, request))
