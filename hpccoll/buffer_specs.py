@@ -403,16 +403,17 @@ def _array_view(buf: Any, array: Any) -> Callable[[Any], Any] | None:
     not a view of its memory (a copy).  Whether the view is contiguous and writable where
     MPI writes is left to what runs the call (the compiled executors and validation check
     it on every call)."""
-    if type(buf) is not _NDARRAY or type(array) is not _NDARRAY or not buf.size:
+    if type(buf) is not _NDARRAY or type(array) is not _NDARRAY:
         return None
     dtype, shape, elements = buf.dtype, buf.shape, array.dtype
     c_order = bool(buf.flags.c_contiguous)
-    start = array.ctypes.data - buf.ctypes.data
-    if start < 0 or start % elements.itemsize or start + array.nbytes > buf.nbytes:
+    whole = array is buf
+    start = 0 if whole else array.ctypes.data - buf.ctypes.data
+    if not whole and (not array.size or start < 0 or start % elements.itemsize or
+                      start + array.nbytes > buf.nbytes):
         return None
     low = start // elements.itemsize
     high = low + array.size
-    whole = array is buf
     reshape = buf.ndim != 1 or not c_order
     order = "C" if c_order else "F"
     usable = buf.nbytes - buf.nbytes % elements.itemsize       # whole elements' bytes

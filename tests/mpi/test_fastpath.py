@@ -159,6 +159,49 @@ def test_in_place_repeats(mpi_ranks, comm):
                 assert np.array_equal(gathered, np.concatenate(xs)), (algorithm, k)
 
 
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_rooted_repeats(mpi_ranks, comm, monkeypatch):
+    """bcast and reduce repeated (native on the compiled executor: MPI_Ibcast, MPI_Ireduce;
+    auto; binomial), for the first and last root, the root's reduce also in place, the other
+    ranks' receive buffer None: no validation after the first call, each result NumPy's."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import libmpi
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    n = 6
+    for algorithm in ("native", "auto", "binomial"):
+        for root in sorted({0, p - 1}):
+            buf, send, out = np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32)
+            for in_place in (False, True):
+                validated = []
+                prepare = api.prepare
+                monkeypatch.setattr(api, "prepare",
+                                    lambda *a, **k: validated.append(1) or prepare(*a, **k))
+                for k in range(3):
+                    xs = inputs(p, n, "int32", 1000 * k + root)
+                    buf[:] = xs[r]
+                    hpccoll.bcast(comm, buf, root=root, algorithm=algorithm)
+                    assert np.array_equal(buf, xs[root]), (algorithm, root, k)
+                    send[:] = xs[r]
+                    out[:] = -1
+                    if in_place and r == root:
+                        out[:] = xs[r]
+                        hpccoll.reduce(comm, MPI.IN_PLACE, out, root=root, algorithm=algorithm)
+                    else:
+                        hpccoll.reduce(comm, send, out if r == root else None, root=root,
+                                       algorithm=algorithm)
+                    want = np.sum(xs, axis=0, dtype=np.int32) if r == root else -1
+                    assert np.array_equal(out, np.broadcast_to(want, n)), (algorithm, root, k)
+                monkeypatch.setattr(api, "prepare", prepare)
+                # validated: the first call of each (in place: the root's new reduce only)
+                want_validated = (1 if r == root else 0) if in_place else 2
+                assert len(validated) == want_validated, (algorithm, root, in_place, validated)
+                if algorithm == "native" and libmpi.available():
+                    assert api._last_calls["bcast"].prepared.compiled is not None
+                    assert api._last_calls["reduce"].prepared.compiled is not None
+
+
 @pytest.mark.mpi(ranks=[1], timeout=300)
 def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
     """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their

@@ -1,0 +1,192 @@
+"""``hpccoll.Comm``'s repeat path: the same call again is not read nor validated anew.
+
+A method's last call on NumPy arrays is kept as a Reading (hpccoll.buffer_specs): the same
+call again -- new spec lists holding the same buffers and numbers, every spec form -- must
+skip reading the spec (and, blocking, validation: the validated call runs again at once),
+while a call that differs in what reading depends on (count, datatype, displacements,
+counts changed in place, a buffer of another shape or dtype) must be read anew.  Every
+result is compared with the wrapped communicator's own collective on the same arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_mpi_comm import FORMS, SENTINEL, Records, buffer_specs, run, written
+
+
+def again(arguments: tuple) -> tuple:
+    """The same call's arguments in new spec lists (the same buffers and numbers)."""
+    return tuple(type(a)(a) if isinstance(a, (list, tuple)) else a for a in arguments)
+
+
+def numpy_only(arguments: tuple) -> bool:
+    from mpi4py import MPI
+    buffers = [a[0] if isinstance(a, (list, tuple)) else a for a in arguments
+               if not isinstance(a, (int, MPI.Op))]
+    return all(b is None or b is MPI.IN_PLACE or type(b) is np.ndarray for b in buffers)
+
+
+class Reads:
+    """Counts the calls a Comm reads from scratch (its ``_read``) and validates
+    (``api.prepare``) while in a ``with`` block."""
+
+    def __init__(self, wrapped, monkeypatch):
+        from hpccoll import api
+        self.read = self.prepared = 0
+        read, prepare = wrapped._read, api.prepare
+
+        def counting_read(*args):
+            self.read += 1
+            return read(*args)
+
+        def counting_prepare(*args, **kwargs):
+            self.prepared += 1
+            return prepare(*args, **kwargs)
+        monkeypatch.setattr(wrapped, "_read", counting_read)
+        monkeypatch.setattr(api, "prepare", counting_prepare)
+
+    def reset(self) -> None:
+        self.read = self.prepared = 0
+
+
+def reset(method: str, arguments: tuple, fresh: tuple) -> None:
+    """Put the receive buffer back as it was made (sentinels, or its input in place)."""
+    at = 0 if method == "Bcast" else 1
+    for target, source in ((arguments[at], fresh[at]),) + \
+            (((arguments[0], fresh[0]),) if method != "Bcast" else ()):
+        buf = target[0] if isinstance(target, (list, tuple)) else target
+        original = source[0] if isinstance(source, (list, tuple)) else source
+        if isinstance(buf, np.ndarray) and buf.flags.writeable:
+            buf[...] = original
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=300)
+def test_the_same_call_again_skips_reading_and_validation(mpi_ranks, comm, monkeypatch):
+    """Every spec form on NumPy arrays, in the three forms, with ``auto`` and a scheduled
+    algorithm: the second call with new spec lists is neither read nor (blocking)
+    validated, and both results equal MPI's own collective's."""
+    import hpccoll
+    from hpccoll.collectives import nonblocking
+    from mpi4py import MPI
+    for algorithms in (None, {"allreduce": "ring", "allgather": "ring", "bcast": "binomial",
+                              "reduce": "binomial", "alltoall": "pairwise",
+                              "reduce_scatter": "ring", "alltoallv": "direct"}):
+        if algorithms and comm.size == 1:
+            algorithms = None
+        wrapped = hpccoll.Comm(comm, algorithms)
+        reads = Reads(wrapped, monkeypatch)
+        for form in FORMS:
+            for method, label, make in buffer_specs(comm):
+                arguments, pristine = make(), make()
+                expect = make()
+                getattr(MPI.Intracomm, method)(comm, *expect)
+                for turn in range(3):
+                    reads.reset()
+                    with Records() as log:
+                        run(wrapped, method, arguments if turn == 0 else again(arguments),
+                            form)
+                    assert written(method, arguments) == written(method, expect), \
+                        (method, label, form, turn)
+                    name = method if form == "blocking" else nonblocking(method) \
+                        if form == "nonblocking" else method + "_init"
+                    if not turn:        # (MPI's own call, a gather of counts, a copy: read)
+                        repeatable = numpy_only(arguments) and not log.messages and \
+                            "gathered" not in label and \
+                            not ("read-only" in label and comm.rank == 0)
+                    if turn:
+                        assert (reads.read == 0) == repeatable, (method, label, form, reads.read)
+                        if form == "blocking" and repeatable:
+                            assert reads.prepared == 0, (method, label)
+                    else:
+                        assert (wrapped._readings.get(name) is not None) == repeatable, \
+                            (method, label, form)
+                    reset(method, arguments, pristine)
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
+    """What reading depends on changed between calls -- count, datatype, displacement,
+    counts mutated in place, the buffer's shape or dtype, the op, the root -- is read anew
+    and gives MPI's result; another array of the same dtype and shape is the same call."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    wrapped = hpccoll.Comm(comm)
+    reads = Reads(wrapped, monkeypatch)
+    x = np.arange(12, dtype=np.float64) + 100 * r
+    y = np.full(12, SENTINEL, np.float64)
+
+    def check(method, *arguments, read):
+        """``method`` on ``arguments`` through the Comm, read ``read`` times, gives what
+        MPI's own collective gives on a copy of the written buffer."""
+        at = 0 if method == "Bcast" else 1
+        spec = arguments[at]
+        target = spec[0] if isinstance(spec, list) else spec
+        copy = target.copy() if method == "Bcast" else np.full_like(target, SENTINEL)
+        expect = list(arguments)
+        expect[at] = [copy, *spec[1:]] if isinstance(spec, list) else copy
+        getattr(MPI.Intracomm, method)(comm, *expect)
+        if method != "Bcast":
+            target[...] = SENTINEL
+        reads.reset()
+        getattr(wrapped, method)(*arguments)
+        assert reads.read == read, (method, arguments[1:], reads.read)
+        assert np.array_equal(target, copy), (method, target, copy)
+
+    check("Allreduce", [x, 4, MPI.DOUBLE], [y, 4, MPI.DOUBLE], read=1)
+    check("Allreduce", [x, 4, MPI.DOUBLE], [y, 4, MPI.DOUBLE], read=0)     # the same call
+    check("Allreduce", [x, 5, MPI.DOUBLE], [y, 5, MPI.DOUBLE], read=1)     # count
+    check("Allreduce", [x, (5, 2), MPI.DOUBLE], [y, (5, 2), MPI.DOUBLE], read=1)   # displ
+    check("Allreduce", [x, (5, 2), MPI.DOUBLE], [y, (5, 2), MPI.DOUBLE], read=0)
+    check("Allreduce", [x, (5, 2), MPI.DOUBLE], [y, (5, 2), MPI.DOUBLE], MPI.MAX, read=1)
+    check("Allreduce", [x, 6, MPI.INT64_T], [y, 6, MPI.INT64_T], read=1)  # type, same memory
+    other = np.arange(12, dtype=np.float64) * (r + 2)
+    check("Allreduce", [other, 6, MPI.INT64_T], [y, 6, MPI.INT64_T], read=0)   # like x
+    check("Allreduce", [other.reshape(3, 4), 6, MPI.INT64_T], [y, 6, MPI.INT64_T], read=1)
+    check("Allreduce", [other.astype(np.float32), 6, MPI.INT32_T],
+          [y.view(np.float32), 6, MPI.INT32_T], read=1)                     # dtype
+    counts = [1 + i % 2 for i in range(p)]
+    mine = np.arange(counts[r], dtype=np.float64) + r
+    out = np.full(2 * p + 1, SENTINEL, np.float64)
+    check("Allgatherv", mine, [out, counts], read=1)
+    check("Allgatherv", mine, [out, list(counts)], read=0)
+    counts[r] += 0          # (equal values in a new list: the same call)
+    check("Allgatherv", mine, [out, (counts, [sum(counts[:i]) for i in range(p)])], read=1)
+    check("Allgatherv", mine, [out, (counts, [sum(counts[:i]) for i in range(p)])], read=0)
+    counts[:] = [2] * p     # mutated in place: another call
+    mine = np.arange(2, dtype=np.float64) + r
+    check("Allgatherv", mine, [out, (counts, [2 * i for i in range(p)])], read=1)
+    z = np.arange(6, dtype=np.float32) + r
+    check("Bcast", z, 0, read=1)
+    check("Bcast", z, 0, read=0)
+    check("Bcast", z, p - 1, read=1)                                        # root
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_repeats_after_free_and_settings_changes(mpi_ranks, comm):
+    """A freed Comm raises as mpi4py's freed communicator does; a repeat after check mode is
+    switched on is validated and agreed (check mode's error for ranks that disagree)."""
+    import hpccoll
+    from mpi4py import MPI
+    dup = comm.Dup()
+    wrapped = hpccoll.Comm(dup)
+    x, y = np.ones(4), np.zeros(4)
+    for _ in range(2):
+        wrapped.Allreduce(x, y)
+        assert (y == comm.size).all()
+    hpccoll.configure(check=True)
+    try:
+        bad = np.ones(4 if comm.rank else 5)
+        if comm.size > 1:
+            with pytest.raises(ValueError, match="HPCCOLL_CHECK"):
+                wrapped.Allreduce(bad, np.zeros_like(bad))
+        wrapped.Allreduce(x, y)
+        assert (y == comm.size).all()
+    finally:
+        hpccoll.configure(check=False)
+    wrapped.Free()
+    assert wrapped == MPI.COMM_NULL
+    with pytest.raises((TypeError, MPI.Exception)):
+        wrapped.Allreduce(x, y)
