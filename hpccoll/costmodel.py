@@ -138,9 +138,10 @@ def predict(call: Call, name: str, machine: Machine | None = None) -> float:
 
 
 def best(call: Call, machine: Machine | None = None) -> tuple[str, float]:
-    """The applicable registered algorithm with the lowest predicted time for ``call``."""
+    """The applicable registered algorithm with the lowest predicted time for ``call``
+    (among those registered for ``auto``)."""
     candidates = [a.name for a in registry.algorithms(call.collective)
-                  if a.violated(call) is None]
+                  if a.auto and a.violated(call) is None]
     timed = [(predict(call, name, machine), order, name)      # ties: registration order
              for order, name in enumerate(candidates)]
     time, _, name = min(timed)

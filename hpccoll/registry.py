@@ -33,7 +33,7 @@ POWER_OF_TWO = Constraint("p is a power of two", lambda c: c.p & (c.p - 1) == 0)
 class Cost:
     """An algorithm's cost, as formulas (Python expressions in p and n, with ``log2``,
     ``ceil``, ``floor``, ``popsum(p)`` = the number of 1 bits in 0..p-1, ``grid(p)`` = the
-    mesh's (r, c)): rounds (steps with messages), elements sent by the busiest rank for n
+    mesh's (r, c), ``swing_pairs(p)`` = folded pairs in a Swing allgather's sets): rounds (steps with messages), elements sent by the busiest rank for n
     elements per block (the collective's own n: per rank for allgather and reduce-scatter,
     per peer for alltoall, the vector for allreduce), and the alpha-beta(-gamma) time.
     The catalogue's test evaluates ``rounds`` and ``sent`` against the verifier's counts."""
@@ -52,6 +52,7 @@ class Algorithm:
     requires: tuple[Constraint, ...] = ()
     cost: Cost | None = None
     source: str = ""
+    auto: bool = True           # auto (the cost model) may pick it
 
     @property
     def summary(self) -> str:
@@ -71,9 +72,10 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 def register(collective: str | tuple[str, ...], name: str, *, family: str,
              requires: tuple[Constraint, ...] = (), cost: Cost | None = None,
-             source: str = "") -> Callable[[Planner], Planner]:
+             source: str = "", auto: bool = True) -> Callable[[Planner], Planner]:
     """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives, with
-    its constraints, its :class:`Cost` and the paper it comes from."""
+    its constraints, its :class:`Cost`, the paper it comes from and whether ``auto`` may pick
+    it (``auto=False``: only when asked for by name)."""
     names = (collective,) if isinstance(collective, str) else collective
 
     def decorate(planner: Planner) -> Planner:
@@ -83,7 +85,7 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
             if (coll, name) in _REGISTRY or name == NATIVE:
                 raise ValueError(f"algorithm {name!r} registered twice for {coll}")
             _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires, cost,
-                                              source)
+                                              source, auto)
         return planner
 
     return decorate

@@ -8,6 +8,8 @@ from . import csc, direct, ring  # noqa: F401
 from . import pairwise  # noqa: F401
 from . import hypercube  # noqa: F401
 from . import bruck  # noqa: F401
+from . import pat  # noqa: F401
+from . import swing  # noqa: F401
 from . import mesh  # noqa: F401
 from . import multiring  # noqa: F401
 from . import rat  # noqa: F401

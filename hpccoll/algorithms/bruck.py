@@ -1,4 +1,8 @@
-"""Bruck's all-to-all (Bruck, Ho, Kipnis, Upfal, Weathersby 1997): ceil(log_r p) rounds, any p.
+"""Bruck's algorithms (Bruck, Ho, Kipnis, Upfal, Weathersby 1997, "Efficient Algorithms for
+All-to-All Communications in Multiport Message-Passing Systems"): all-to-all and allgather in
+ceil(log_r p) rounds for any p.
+
+All-to-all.
 
 Rank j's block for rank (j + i) mod p travels under index i: it must cover i hops, and in
 round k it hops r^k * (digit k of i in base r) ranks forward.  In round k a rank sends, for
@@ -9,6 +13,16 @@ position i) and rotates back at the end; here both rotations are folded into the
 (a block is sent straight from the send buffer on its first hop and received into its place
 in the receive buffer on its last), see :func:`hpccoll.algorithms.hypercube.relay_program`.
 Cost notation as in :mod:`hpccoll.algorithms.ring` (n the bytes sent to one peer).
+
+Allgather.  Every block travels under its *offset*, the distance from the rank holding it to
+the rank it came from: rank r holds block r + s at offset s.  A round is a distance d and the
+offsets it delivers: rank r receives blocks r + s from rank r + d, which holds them at offsets
+s - d, and sends rank r - d its own blocks at those offsets (:func:`offset_allgather`).
+Bruck's allgather delivers offsets 2^k .. 2^(k+1)-1 at distance 2^k in round k, so what a
+rank holds doubles every round; the textbook version gathers in rotated order and rotates at
+the end, here every block lands in its place in the receive buffer.  The same rounds,
+reversed and with partial sums instead of blocks, are a reduce-scatter
+(:func:`offset_reduce_scatter`), which :mod:`hpccoll.algorithms.pat` uses.
 """
 
 from __future__ import annotations
@@ -18,7 +32,9 @@ import operator
 from typing import Any
 
 from ..registry import Constraint, Cost, register
-from ..schedule import RECV, SEND, Call, Program, blocks
+from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
+                        allgather_blocks, allgather_from_input, blocks, merge_adjacent, one_rank,
+                        reduce_scatter_blocks)
 from .hypercube import Channel, relay_program
 
 
@@ -77,3 +93,91 @@ def plan_bruck_alltoall(call: Call) -> Program:
         [((rank + hop) % p, (rank - hop) % p, indices) for hop, indices in messages]
         for messages in bruck_rounds(p, radix)]
     return relay_program(n, rounds, source, final)
+
+
+# ------------------------------------------------------------------------------- allgather
+
+OffsetRound = tuple[int, tuple[int, ...]]   # (distance, offsets delivered)
+
+
+def offset_allgather(call: Call, rounds: list[OffsetRound]) -> Program:
+    """An allgather in ``rounds``: in round (d, offsets) rank r receives blocks r + s
+    (s in offsets) from rank r + d and sends rank r - d its blocks r + s - d, one message each
+    way.  Every block lands in its place in the receive buffer; the own block is sent from
+    the input.  The rounds must deliver every offset 1..p-1 once, each after offset s - d."""
+    p, rank = call.p, call.rank
+    result, _ = allgather_blocks(call)
+    steps = ProgramBuilder()
+    for distance, delivered in rounds:
+        step = steps.step()
+        step.send((rank - distance) % p,
+                  *merge_adjacent(result[(rank + s - distance) % p] for s in delivered))
+        step.recv((rank + distance) % p,
+                  *merge_adjacent(result[(rank + s) % p] for s in delivered))
+    return allgather_from_input(call, steps.program())
+
+
+def offset_reduce_scatter(call: Call, rounds: list[OffsetRound]) -> Program:
+    """The reduce-scatter that mirrors :func:`offset_allgather`'s ``rounds``: they run in
+    reverse order, and in round (d, offsets) rank x sends its partial sums for ranks x + s
+    (s in offsets) to rank x + d and folds the ones rank x - d sends into its partial sums for
+    ranks x + s - d.
+
+    A partial sum is the input block until its first arrival, then a scratch slot of its
+    own (the result for the own block); a slot is reused once its sum has been sent, so the
+    scratch is the landing area of one message plus the sums in progress at once."""
+    p, rank, counts = call.p, call.rank, call.counts
+    source, result = reduce_scatter_blocks(call)
+    if p == 1:
+        return one_rank(source[0], result)
+    width = max(counts)
+    landing = max((sum(counts[(rank + s - d) % p] for s in delivered) for d, delivered in rounds),
+                  default=0)
+    partial: dict[int, Region] = {0: result}        # offset -> where its sum accumulates
+    started: set[int] = set()                       # offsets whose sum has left the input
+    free: list[int] = []
+    slots = 0
+    steps = ProgramBuilder()
+    for distance, delivered in reversed(rounds):
+        step = steps.step()
+        step.send((rank + distance) % p, *merge_adjacent(
+            partial[s] if s in started else source[(rank + s) % p] for s in delivered))
+        at, arriving, ops = 0, [], []
+        for s in delivered:
+            target = s - distance
+            block = source[(rank + target) % p]
+            piece = Region(SCRATCH, at, block.count)
+            at += block.count
+            arriving.append(piece)
+            if target not in partial:
+                if not free:
+                    free.append(landing + slots * width)
+                    slots += 1
+                partial[target] = Region(SCRATCH, free.pop(), block.count)
+            acc = partial[target]
+            ops.append(Reduce(acc, (acc if target in started else block, piece)))
+            started.add(target)
+        step.recv((rank - distance) % p, *merge_adjacent(arriving), on_arrival=ops)
+        for s in delivered:
+            if s in partial and s != 0:
+                free.append(partial.pop(s).offset)
+    return steps.program(landing + slots * width)
+
+
+def bruck_allgather_rounds(p: int) -> list[OffsetRound]:
+    """Bruck's allgather rounds: offsets 2^k .. 2^(k+1)-1 (below p) at distance 2^k."""
+    return [(1 << k, tuple(range(1 << k, min(2 << k, p)))) for k in range((p - 1).bit_length())]
+
+
+@register("allgather", "bruck", family="bruck", source="Bruck et al. 1997", auto=False,
+          cost=Cost("ceil(log2(p))", "(p - 1) * n", "⌈log2 p⌉α + (p-1)nβ"))
+def plan_bruck_allgather(call: Call) -> Program:
+    """Bruck allgather: ceil(log2 p) rounds for any p; in round k each rank sends everything
+    it holds (up to 2^k blocks) to rank - 2^k and receives as much from rank + 2^k.
+
+    Rounds ceil(log2 p); bytes sent per rank (p-1)n, in messages doubling in size (the last
+    one p - 2^(ceil(log2 p)-1) blocks); time ceil(log2 p) alpha + (p-1) n beta.  Uneven
+    blocks, IN_PLACE; no scratch; a message is at most two regions (the blocks of ranks
+    r .. r + 2^k - 1 wrap round at most once), which the executor packs.
+    """
+    return offset_allgather(call, bruck_allgather_rounds(call.p))

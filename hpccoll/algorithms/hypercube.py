@@ -181,9 +181,12 @@ def _folded_allreduce(call: Call, phases: int, survivor: _Survivor) -> Program:
     return steps.program(survivor(call, fold, steps, source, result))
 
 
+DOUBLING_ALLREDUCE_COST = Cost(_ROUNDS, f"n * ({_D} + {_FOLDED})",
+                               "⌊log2 p⌋(α + nβ + nγ); p ≠ 2^k: +2α + 2nβ + nγ")
+
+
 @register("allreduce", "recursive_doubling", family="hypercube", source=_SOURCE,
-          cost=Cost(_ROUNDS, f"n * ({_D} + {_FOLDED})",
-                    "⌊log2 p⌋(α + nβ + nγ); p ≠ 2^k: +2α + 2nβ + nγ"))
+          cost=DOUBLING_ALLREDUCE_COST)
 def plan_recursive_doubling_allreduce(call: Call) -> Program:
     """Recursive-doubling allreduce: in round k each rank swaps its whole partial vector
     with rank XOR 2^k and reduces.
@@ -342,13 +345,15 @@ def _half(counts: tuple[int, ...], fold: _Fold) -> int:
     return max(sum(counts[:half]), sum(counts[half:])) if half else 0
 
 
+# rank 0 (largest blocks of even_split(n, p')): halves given away, then its groups
+RABENSEIFNER_COST = Cost(f"2 * {_D} + 2 * {_FOLDED}",
+                         f"n - ceil(n / {_P}) + ({_P} - 1) * floor(n / {_P}) "
+                         f"+ {_sum_min(f'(n % {_P})')} + n * {_FOLDED}",
+                         "2⌊log2 p⌋α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ; p ≠ p': +2α + 2nβ + nγ")
+
+
 @register("allreduce", "rabenseifner", family="hypercube",
-          source="Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005",
-          # rank 0 (largest blocks of even_split(n, p')): halves given away, then its groups
-          cost=Cost(f"2 * {_D} + 2 * {_FOLDED}",
-                    f"n - ceil(n / {_P}) + ({_P} - 1) * floor(n / {_P}) "
-                    f"+ {_sum_min(f'(n % {_P})')} + n * {_FOLDED}",
-                    "2⌊log2 p⌋α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ; p ≠ p': +2α + 2nβ + nγ"))
+          source="Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005", cost=RABENSEIFNER_COST)
 def plan_rabenseifner_allreduce(call: Call) -> Program:
     """Rabenseifner's allreduce: recursive-halving reduce-scatter of p' blocks, then
     recursive-doubling allgather of the reduced blocks.

@@ -43,10 +43,16 @@ def grid(p: int) -> tuple[int, int]:
     return grid_shape(p)
 
 
+def swing_pairs(p: int) -> int:
+    from ..algorithms.swing import swing_pairs
+    return swing_pairs(p)
+
+
 def evaluate(formula: str, p: int, n: int) -> float:
     """A cost formula's value at ``p`` ranks and block ``n``."""
     names = {"p": p, "n": n, "log2": math.log2, "ceil": math.ceil, "floor": math.floor,
-             "min": min, "max": max, "sum": sum, "popsum": popsum, "grid": grid}
+             "min": min, "max": max, "sum": sum, "popsum": popsum, "grid": grid,
+             "swing_pairs": swing_pairs}
     return eval(formula, {"__builtins__": {}}, names)
 
 
