@@ -10,6 +10,7 @@ from . import hypercube  # noqa: F401
 from . import bruck  # noqa: F401
 from . import pat  # noqa: F401
 from . import swing  # noqa: F401
+from . import bine  # noqa: F401
 from . import mesh  # noqa: F401
 from . import multiring  # noqa: F401
 from . import rat  # noqa: F401
