@@ -225,6 +225,16 @@ def test_dragonfly_global_links_run_at_their_own_speed(simgrid):
     assert r.time_us == pytest.approx(3 * step * 1e6, rel=1e-3)
 
 
+def test_slow_links_reach_simgrids_torus_zone(simgrid):
+    """Every link of an 8-node torus 2x slower (set on the zone's links by name after it is
+    built): each of the ring's 7 steps moves its 4 MiB block at 25 GB/s instead of 50."""
+    p = build("torus:dims=8")
+    block = 4 << 20
+    (fast,) = simulated("allgather", ["ring"], p, block)
+    (slow,) = simulated("allgather", ["ring"], p.with_slow_links(len(p.links), 2.0), block)
+    assert slow.time_us == pytest.approx(fast.time_us + 7 * block / 50e9 * 1e6, rel=1e-4)
+
+
 def test_nearest_neighbour_ring_beats_a_ring_across_the_torus(simgrid):
     """On an 8 x 8 torus, rank order along rows makes ring neighbours one or two hops apart;
     placed 37 nodes apart (6 or 7 of the diameter's 8 hops), every ring flow crosses that
