@@ -6,10 +6,7 @@
 -- into the :class:`Call` hpccoll runs, the buffers viewed (never copied) as flat arrays of
 the datatype's NumPy type; :class:`NotRun` where MPI's own collective must serve the call.
 
-A :class:`Reading` remembers how a call on NumPy arrays was read, so that the same call
-again -- the same spec forms, counts, displacements, datatypes, op and root, on arrays of
-the same dtype, shape and layout (the same arrays, or others like them) -- is read in a few
-attribute checks instead of from scratch.
+:mod:`hpccoll.readings` reads the same call again cheaply.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from .arguments import frozen
 from .runtime import buffers
 from .schedule import offsets
 
@@ -387,140 +383,3 @@ READERS: dict[str, Callable[..., Call]] = {
     "Reduce_scatter": _reduce_scatter, "Allreduce": _allreduce, "Bcast": _bcast,
     "Reduce": _reduce,
 }
-
-
-# ------------------------------------------------------------- reading the same call again
-
-MISS = object()             # what a view gives for an argument unlike the one read before
-_NDARRAY = np.ndarray
-
-
-def _array_view(buf: Any, array: Any) -> Callable[[Any], Any] | None:
-    """``view(value)``: the elements of ``value`` read as ``array`` was read from ``buf``,
-    if ``value`` is a NumPy array of ``buf``'s dtype and shape (and, where a flat view needs
-    it, layout), so that reading it from scratch would view the same elements; MISS
-    otherwise.  None where no such view can be made: ``buf`` is no NumPy array, or ``array``
-    not a view of its memory (a copy).  Whether the view is contiguous and writable where
-    MPI writes is left to what runs the call (the compiled executors and validation check
-    it on every call)."""
-    if type(buf) is not _NDARRAY or type(array) is not _NDARRAY:
-        return None
-    dtype, shape, elements = buf.dtype, buf.shape, array.dtype
-    c_order = bool(buf.flags.c_contiguous)
-    whole = array is buf
-    start = 0 if whole else array.ctypes.data - buf.ctypes.data
-    if not whole and (not array.size or start < 0 or start % elements.itemsize or
-                      start + array.nbytes > buf.nbytes):
-        return None
-    low = start // elements.itemsize
-    high = low + array.size
-    reshape = buf.ndim != 1 or not c_order
-    order = "C" if c_order else "F"
-    usable = buf.nbytes - buf.nbytes % elements.itemsize       # whole elements' bytes
-
-    def view(value: Any) -> Any:
-        if type(value) is not _NDARRAY or value.dtype is not dtype or value.shape != shape:
-            return MISS
-        if whole:
-            return value
-        if reshape:     # (a copy unless the layout is the same)
-            flags = value.flags
-            if not (flags.c_contiguous if c_order else flags.f_contiguous):
-                return MISS
-            value = value.reshape(-1, order=order)
-        if elements is not dtype:
-            value = value.view(np.uint8)[:usable].view(elements)
-        return value[low:high]
-    return view
-
-
-def _argument_view(argument: Any, array: Any) -> Callable[[Any], Any] | None:
-    """``view(value)`` for a buffer argument: ``argument`` a NumPy array or a buffer spec
-    over one (the other items compared by value), MPI.IN_PLACE (None: no send buffer), or
-    not used (``array`` None and not in place: anything goes); None where there is none."""
-    if argument is MPI.IN_PLACE:
-        return lambda value: None if value is MPI.IN_PLACE else MISS
-    if array is None:
-        return lambda value: None
-    if type(argument) is list or type(argument) is tuple:
-        return _spec_view(argument, array)
-    return _array_view(argument, array)
-
-
-def _spec_view(spec: list | tuple, array: Any) -> Callable[[Any], Any] | None:
-    """``view(value)`` for a buffer spec ``[buf, ...]``: ``value`` a spec of the same type
-    and length whose other items equal ``spec``'s (counts and displacements compared as
-    numbers), its buffer read as ``_array_view`` reads it."""
-    kind, length = type(spec), len(spec)
-    buf_view = _array_view(spec[0], array)
-    if buf_view is None:
-        return None
-    if any(isinstance(item, (list, tuple, np.ndarray)) for item in spec[1:]):
-        layout = frozen(spec[1:])
-
-        def view(value: Any) -> Any:
-            if type(value) is not kind or len(value) != length or frozen(value[1:]) != layout:
-                return MISS
-            return buf_view(value[0])
-        return view
-    rest = spec[1:]
-
-    def view(value: Any) -> Any:
-        if type(value) is not kind or len(value) != length or value[1:] != rest:
-            return MISS
-        return buf_view(value[0])
-    return view
-
-
-class Reading:
-    """How a call was read from its arguments (the bound parameters: the buffers, then op,
-    root or counts), and :meth:`arrays` that reads the same call again from new arguments
-    cheaply.  ``last`` is free for the caller: the validated call to run again."""
-
-    __slots__ = ("call", "send", "recv", "buffers", "rest", "last")
-
-    def __init__(self, call: Call, send: Callable[[Any], Any] | None,
-                 recv: Callable[[Any], Any], buffers: int, rest: tuple):
-        self.call, self.send, self.recv = call, send, recv
-        self.buffers, self.rest = buffers, rest
-        self.last: Any = None
-
-    @staticmethod
-    def of(call: Call, values: tuple, buffers: int) -> Reading | None:
-        """The reading of ``call`` from ``values``, whose first ``buffers`` (1 or 2) are its
-        buffer arguments: None where it cannot be read again cheaply (not NumPy arrays, a
-        copy or a gather made, other arguments that are not plain values)."""
-        rest = values[buffers:]
-        if not call.repeatable or \
-                any(isinstance(value, (list, tuple, np.ndarray)) for value in rest):
-            return None
-        if buffers == 1:                # bcast: its one buffer is the receive buffer
-            send, recv = (lambda value: None), _argument_view(values[0], call.recv)
-        else:
-            send = _argument_view(values[0], _own_array(call.send))
-            recv = _argument_view(values[1], _own_array(call.recv))
-        if send is None or recv is None:
-            return None
-        return Reading(call, send, recv, buffers, tuple(rest))
-
-    def arrays(self, values: tuple) -> tuple[Any, Any] | None:
-        """The send (None: none) and receive (None: not used) arrays of the call read from
-        ``values`` if it is the same call as the one read before; None if not."""
-        try:
-            if values[self.buffers:] != self.rest:
-                return None
-            send = self.send(values[0])
-            if send is MISS:
-                return None
-            recv = self.recv(values[self.buffers - 1])
-        except (TypeError, ValueError):     # (arguments no value compares with: read anew)
-            return None
-        return None if recv is MISS else (send, recv)
-
-
-def _own_array(argument: Any) -> Any:
-    """The array of a call's argument (an array, ``[array, counts, displs]``, MPI.IN_PLACE
-    or None: None for the last two)."""
-    if type(argument) is list:
-        return argument[0]
-    return None if argument is MPI.IN_PLACE else argument

@@ -38,7 +38,6 @@ nothing.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -46,7 +45,8 @@ from typing import Any, Callable, Mapping
 from mpi4py import MPI
 
 from . import api, registry
-from .buffer_specs import READERS, Call, NotRun, Reading
+from .buffer_specs import READERS, Call, NotRun
+from .readings import NATIVE, NativeReading, Reading
 from .collectives import nonblocking, spec
 from .context import check_comm
 
@@ -161,34 +161,18 @@ FORMS = (
 )
 
 
-def _binder(name: str, parameters: tuple[tuple[str, Any], ...]) -> Callable[..., tuple]:
-    """``bind(args, kwargs)``: the arguments of a call by parameter (a tuple), defaults
-    filled in, as Python binds them (TypeError otherwise)."""
-    names = [p for p, _ in parameters]
-    index = {p: i for i, p in enumerate(names)}
-    defaults = tuple(d for _, d in parameters)
-    required = sum(d is _REQUIRED for d in defaults)
-    tails = {given: defaults[given:] for given in range(required, len(names) + 1)}
-
-    def bind(args: tuple, kwargs: dict) -> Any:
-        given = len(args)
-        if not kwargs and given in tails:
-            return args + tails[given]
-        if given > len(names):
-            raise TypeError(f"{name}() takes at most {len(names)} arguments ({given} given)")
-        values = [*args, *defaults[given:]]
-        for key, value in kwargs.items():
-            at = index.get(key)
-            if at is None:
-                raise TypeError(f"{name}() got an unexpected keyword argument {key!r}")
-            if at < given:
-                raise TypeError(f"{name}() got multiple values for argument {key!r}")
-            values[at] = value
-        for at in range(given, required):
-            if values[at] is _REQUIRED:
-                raise TypeError(f"{name}() missing required argument {names[at]!r}")
-        return tuple(values)
-    return bind
+def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
+                    serve: Callable[[Any, tuple], Any]) -> Callable:
+    """A function ``name(self, <parameters>)`` that returns ``serve(self, (<the arguments>,))``:
+    Python binds the arguments (and raises TypeError as for any function), with the
+    parameters' names and defaults for ``help()`` and IDEs."""
+    defaults = {f"_default{i}": d for i, (_, d) in enumerate(parameters) if d is not _REQUIRED}
+    declared = ", ".join(p if d is _REQUIRED else f"{p}=_default{i}"
+                         for i, (p, d) in enumerate(parameters))
+    passed = "".join(f"{p}, " for p, _ in parameters)
+    namespace = {"serve": serve, **defaults}
+    exec(f"def {name}(self, {declared}):\n    return serve(self, ({passed}))\n", namespace)
+    return namespace[name]
 
 
 def _collective_method(collective: _Collective, form: _Form) -> Callable:
@@ -200,15 +184,16 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
     name = form.name(collective.method)
     parameters = collective.parameters + form.extra
     used, buffers = len(collective.parameters), collective.buffers
-    bind = _binder(name, parameters)
     read = READERS[collective.method]
     run, blocking = form.run, form is BLOCKING
 
-    def method(self, *args: Any, **kwargs: Any) -> Any:
-        values = bind(args, kwargs)
+    def serve(self: _Collectives, values: tuple) -> Any:
         reading = self._readings.get(name)
         if reading is not None:
             arrays = reading.arrays(values)
+            if arrays is NATIVE:
+                log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reading.reason)
+                return getattr(self._mpi, name)(self, *values)
             if arrays is not None:
                 if blocking:
                     last = reading.last
@@ -221,17 +206,13 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
             call = self._read(read, values[:used])
         except NotRun as reason:
             log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reason)
-            self._readings.pop(name, None)
-            return getattr(self._mpi, name)(self, *args, **kwargs)
-        reading = self._readings[name] = Reading.of(call, values, buffers)
+            self._readings[name] = NativeReading.of(values, reason)
+            return getattr(self._mpi, name)(self, *values)
+        reading = self._readings[name] = Reading.of(call, values, buffers, blocking)
         return run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
 
-    method.__name__ = method.__qualname__ = name
-    method.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] +
-        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                           default=inspect.Parameter.empty if d is _REQUIRED else d)
-         for p, d in parameters])
+    method = _with_signature(name, parameters, serve)
+    method.__qualname__ = name
     method.__doc__ = (f"mpi4py's {name}, run by hpccoll (by MPI's own collective where "
                       "hpccoll cannot run the call: see hpccoll.comm).")
     return method
@@ -273,7 +254,7 @@ class _Collectives:
     _mpi: type = MPI.Comm              # the mpi4py class of the plain communicator
     _algorithms: dict[str, str]
     _plain: MPI.Comm
-    _readings: dict[str, Reading | None]
+    _readings: dict[str, Reading | NativeReading | None]
 
     @property
     def algorithms(self) -> dict[str, str]:

@@ -1,10 +1,11 @@
 """``hpccoll.Comm``'s repeat path: the same call again is not read nor validated anew.
 
-A method's last call on NumPy arrays is kept as a Reading (hpccoll.buffer_specs): the same
+A method's last call on NumPy arrays is kept as a Reading (hpccoll.readings): the same
 call again -- new spec lists holding the same buffers and numbers, every spec form -- must
 skip reading the spec (and, blocking, validation: the validated call runs again at once),
 while a call that differs in what reading depends on (count, datatype, displacements,
-counts changed in place, a buffer of another shape or dtype) must be read anew.  Every
+counts changed in place, a buffer of another shape or dtype) must be read anew; a call
+that went to MPI's own collective goes there again unread while its arguments stay alike.  Every
 result is compared with the wrapped communicator's own collective on the same arguments.
 """
 
@@ -21,10 +22,12 @@ def again(arguments: tuple) -> tuple:
     return tuple(type(a)(a) if isinstance(a, (list, tuple)) else a for a in arguments)
 
 
-def numpy_only(arguments: tuple) -> bool:
+def numpy_only(method: str, arguments: tuple) -> bool:
+    """Whether the call's buffers (its first two arguments, Bcast's first) are NumPy arrays,
+    MPI.IN_PLACE or None, bare or in a spec."""
     from mpi4py import MPI
-    buffers = [a[0] if isinstance(a, (list, tuple)) else a for a in arguments
-               if not isinstance(a, (int, MPI.Op))]
+    buffers = [a[0] if isinstance(a, (list, tuple)) else a
+               for a in arguments[:1 if method == "Bcast" else 2]]
     return all(b is None or b is MPI.IN_PLACE or type(b) is np.ndarray for b in buffers)
 
 
@@ -69,6 +72,7 @@ def test_the_same_call_again_skips_reading_and_validation(mpi_ranks, comm, monke
     validated, and both results equal MPI's own collective's."""
     import hpccoll
     from hpccoll.collectives import nonblocking
+    from hpccoll.readings import NativeReading, Reading
     from mpi4py import MPI
     for algorithms in (None, {"allreduce": "ring", "allgather": "ring", "bcast": "binomial",
                               "reduce": "binomial", "alltoall": "pairwise",
@@ -91,17 +95,18 @@ def test_the_same_call_again_skips_reading_and_validation(mpi_ranks, comm, monke
                         (method, label, form, turn)
                     name = method if form == "blocking" else nonblocking(method) \
                         if form == "nonblocking" else method + "_init"
-                    if not turn:        # (MPI's own call, a gather of counts, a copy: read)
-                        repeatable = numpy_only(arguments) and not log.messages and \
-                            "gathered" not in label and \
+                    if not turn:        # (a gather of counts, a copy, other buffers: read)
+                        native = bool(log.messages)
+                        repeatable = numpy_only(method, arguments) and "gathered" not in label and \
                             not ("read-only" in label and comm.rank == 0)
-                    if turn:
-                        assert (reads.read == 0) == repeatable, (method, label, form, reads.read)
-                        if form == "blocking" and repeatable:
-                            assert reads.prepared == 0, (method, label)
-                    else:
-                        assert (wrapped._readings.get(name) is not None) == repeatable, \
+                        kind = NativeReading if native else Reading
+                        assert isinstance(wrapped._readings.get(name), kind) == repeatable, \
                             (method, label, form)
+                    else:
+                        assert (reads.read == 0) == repeatable, (method, label, form, reads.read)
+                        assert bool(log.messages) == native, (method, label, form)
+                        if form == "blocking" and repeatable and not native:
+                            assert reads.prepared == 0, (method, label)
                     reset(method, arguments, pristine)
 
 
@@ -109,7 +114,9 @@ def test_the_same_call_again_skips_reading_and_validation(mpi_ranks, comm, monke
 def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     """What reading depends on changed between calls -- count, datatype, displacement,
     counts mutated in place, the buffer's shape or dtype, the op, the root -- is read anew
-    and gives MPI's result; another array of the same dtype and shape is the same call."""
+    and gives MPI's result; another array of the same dtype and shape is the same call.  A
+    call that went to MPI's own collective goes there again without reading while the
+    arguments stay alike."""
     import hpccoll
     from mpi4py import MPI
     p, r = comm.size, comm.rank
@@ -158,6 +165,25 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     counts[:] = [2] * p     # mutated in place: another call
     mine = np.arange(2, dtype=np.float64) + r
     check("Allgatherv", mine, [out, (counts, [2 * i for i in range(p)])], read=1)
+    for k in range(3):      # MPI's own call (IN_PLACE alltoall): read once, then alike
+        mine = np.arange(2 * p, dtype=np.float64) + 10 * r + k
+        theirs = mine.copy()
+        reads.reset()
+        wrapped.Alltoall(MPI.IN_PLACE, mine)
+        assert reads.read == (k == 0), (k, reads.read)
+        comm.Alltoall(MPI.IN_PLACE, theirs)
+        assert np.array_equal(mine, theirs)
+    check("Alltoall", x[:2 * p], y[:2 * p], read=1)     # not in place: hpccoll's again
+    check("Alltoall", x[:2 * p], y[:2 * p], read=0)
+    largest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
+        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64), out=np.frombuffer(
+            b, np.float64)), commute=True)
+    try:
+        check("Allreduce", x, y, largest, read=1)       # a user's op: MPI's own call
+        check("Allreduce", x, y, largest, read=0)
+        check("Allreduce", x, y, MPI.MAX, read=1)
+    finally:
+        largest.Free()
     z = np.arange(6, dtype=np.float32) + r
     check("Bcast", z, 0, read=1)
     check("Bcast", z, 0, read=0)

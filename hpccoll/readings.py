@@ -1,0 +1,209 @@
+"""Reading the same call again: how :class:`hpccoll.Comm` serves a repeated call cheaply.
+
+A :class:`Reading` remembers how a call on NumPy arrays was read
+(:mod:`hpccoll.buffer_specs`), so that the same call again -- the same spec forms, counts,
+displacements, datatypes, op and root, on arrays of the same dtype and shape (the same
+arrays, or others like them) -- is read in a few attribute checks instead of from scratch.
+A :class:`NativeReading` remembers that a call went to MPI's own collective, so that a call
+whose arguments are alike in everything reading looks at goes there again at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from .arguments import frozen
+from .buffer_specs import Call
+
+
+MISS = object()             # what a view gives for an argument unlike the one read before
+_NDARRAY = np.ndarray
+
+
+def _array_view(buf: Any, array: Any, checks: str) -> Callable[[Any], Any] | None:
+    """``view(value)``: the elements of ``value`` read as ``array`` was read from ``buf``,
+    if ``value`` is a NumPy array of ``buf``'s dtype and shape, so that reading it from
+    scratch would view the same elements; MISS otherwise.  ``checks`` says what else
+    ``value`` must be, as reading requires: "" nothing more (what runs the call checks its
+    layout and writability on every call: the compiled executors), "layout" its layout
+    (C- or F-contiguous as ``buf``), "writable" its layout and that it is writable (reading
+    does not view a read-only buffer where MPI writes).  A flat view of a multi-dimensional
+    array always checks the layout (reshaping another one would copy it).  None where no
+    such view can be made: ``buf`` is no NumPy array, or ``array`` not a view of its memory
+    (a copy)."""
+    if type(buf) is not _NDARRAY or type(array) is not _NDARRAY:
+        return None
+    dtype, shape, elements = buf.dtype, buf.shape, array.dtype
+    c_order = bool(buf.flags.c_contiguous)
+    whole = array is buf
+    start = 0 if whole else array.ctypes.data - buf.ctypes.data
+    if not whole and (not array.size or start < 0 or start % elements.itemsize or
+                      start + array.nbytes > buf.nbytes):
+        return None
+    low = start // elements.itemsize
+    high = low + array.size
+    reshape = buf.ndim != 1 or not c_order
+    layout, writable = bool(checks) or reshape, checks == "writable"
+    order = "C" if c_order else "F"
+    usable = buf.nbytes - buf.nbytes % elements.itemsize       # whole elements' bytes
+
+    def view(value: Any) -> Any:
+        if type(value) is not _NDARRAY or value.dtype is not dtype or value.shape != shape:
+            return MISS
+        if layout:
+            flags = value.flags
+            if not (flags.c_contiguous if c_order else flags.f_contiguous) or \
+                    writable and not flags.writeable:
+                return MISS
+        if whole:
+            return value
+        if reshape:
+            value = value.reshape(-1, order=order)
+        if elements is not dtype:
+            value = value.view(np.uint8)[:usable].view(elements)
+        return value[low:high]
+    return view
+
+
+def _argument_view(argument: Any, array: Any, checks: str) -> Callable[[Any], Any] | None:
+    """``view(value)`` for a buffer argument: ``argument`` a NumPy array or a buffer spec
+    over one (the other items compared by value), MPI.IN_PLACE (None: no send buffer), or
+    not used (``array`` None and not in place: anything goes); None where there is none.
+    ``checks`` as :func:`_array_view`'s."""
+    if argument is MPI.IN_PLACE:
+        return lambda value: None if value is MPI.IN_PLACE else MISS
+    if array is None:
+        return lambda value: None
+    if type(argument) is list or type(argument) is tuple:
+        return _spec_view(argument, _array_view(argument[0], array, checks))
+    return _array_view(argument, array, checks)
+
+
+def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
+               ) -> Callable[[Any], Any] | None:
+    """``view(value)`` for a buffer spec ``[buf, ...]``: ``value`` a spec of the same type
+    and length whose other items equal ``spec``'s (counts and displacements compared as
+    numbers), its buffer read by ``buf_view``."""
+    if buf_view is None:
+        return None
+    kind, length = type(spec), len(spec)
+    if any(isinstance(item, (list, tuple, np.ndarray)) for item in spec[1:]):
+        layout = frozen(spec[1:])
+
+        def view(value: Any) -> Any:
+            if type(value) is not kind or len(value) != length or frozen(value[1:]) != layout:
+                return MISS
+            return buf_view(value[0])
+        return view
+    rest = spec[1:]
+
+    def view(value: Any) -> Any:
+        if type(value) is not kind or len(value) != length or value[1:] != rest:
+            return MISS
+        return buf_view(value[0])
+    return view
+
+
+class Reading:
+    """How a call was read from its arguments (the bound parameters: the buffers, then op,
+    root or counts), and :meth:`arrays` that reads the same call again from new arguments
+    cheaply.  ``last`` is free for the caller: the validated call to run again."""
+
+    __slots__ = ("call", "send", "recv", "buffers", "rest", "numbers", "last")
+
+    def __init__(self, call: Call, send: Callable[[Any], Any], recv: Callable[[Any], Any],
+                 buffers: int, rest: tuple, numbers: bool):
+        self.call, self.send, self.recv = call, send, recv
+        self.buffers, self.rest, self.numbers = buffers, rest, numbers
+        self.last: Any = None
+
+    @staticmethod
+    def of(call: Call, values: tuple, buffers: int, blocking: bool) -> Reading | None:
+        """The reading of ``call`` from ``values``, whose first ``buffers`` (1 or 2) are its
+        buffer arguments, for a blocking call (run again by ``LastCall.repeat``, which checks
+        the buffers' layout and writability itself on every call) or another (validated
+        anew): None where it cannot be read again cheaply (not NumPy arrays, a copy or a
+        gather made)."""
+        if not call.repeatable:
+            return None
+        send_checks, recv_checks = ("", "") if blocking else ("layout", "writable")
+        if buffers == 1:                # bcast: its one buffer is the receive buffer
+            send = lambda value: None       # noqa: E731
+            recv = _argument_view(values[0], call.recv, recv_checks)
+        else:
+            send = _argument_view(values[0], _own_array(call.send), send_checks)
+            recv = _argument_view(values[1], _own_array(call.recv), recv_checks)
+        if send is None or recv is None:
+            return None
+        rest = values[buffers:]         # counts among them: compared as numbers
+        numbers = any(isinstance(value, (list, tuple, np.ndarray)) for value in rest)
+        return Reading(call, send, recv, buffers, frozen(rest) if numbers else rest, numbers)
+
+    def arrays(self, values: tuple) -> tuple[Any, Any] | None:
+        """The send (None: none) and receive (None: not used) arrays of the call read from
+        ``values`` if it is the same call as the one read before; None if not."""
+        try:
+            rest = values[self.buffers:]
+            if (frozen(rest) if self.numbers else rest) != self.rest:
+                return None
+            send = self.send(values[0])
+            if send is MISS:
+                return None
+            recv = self.recv(values[self.buffers - 1])
+        except (TypeError, ValueError):     # (arguments no value compares with: read anew)
+            return None
+        return None if recv is MISS else (send, recv)
+
+
+def _own_array(argument: Any) -> Any:
+    """The array of a call's argument (an array, ``[array, counts, displs]``, MPI.IN_PLACE
+    or None: None for the last two)."""
+    if type(argument) is list:
+        return argument[0]
+    return None if argument is MPI.IN_PLACE else argument
+
+
+NATIVE = object()           # what a NativeReading gives for a call alike to the one before
+_PLAIN_VALUES = (int, str, MPI.Op, MPI.Datatype, MPI.Info)
+
+
+def _likeness(value: Any) -> Any:
+    """What reading a call looks at in an argument, comparable by ``==``: a NumPy array's
+    dtype, shape and layout flags; a spec's type, its buffer's likeness and its other items
+    as numbers; MPI.IN_PLACE, None, ints, names, ops, datatypes and infos as they are.
+    MISS for anything else (another buffer type: not compared)."""
+    if type(value) is _NDARRAY:
+        flags = value.flags
+        return value.dtype, value.shape, flags.c_contiguous, flags.f_contiguous, \
+            flags.writeable
+    if type(value) is list or type(value) is tuple:
+        return type(value), _likeness(value[0]), frozen(value[1:])
+    if value is None or value is MPI.IN_PLACE or isinstance(value, _PLAIN_VALUES):
+        return value
+    return MISS
+
+
+class NativeReading:
+    """A call that went to MPI's own collective (for ``reason``), by the likeness of its
+    arguments: :meth:`arrays` gives NATIVE for a call alike in everything reading looks at
+    (so reading it would send it there again), None otherwise."""
+
+    __slots__ = ("likeness", "reason")
+
+    def __init__(self, likeness: tuple, reason: Exception):
+        self.likeness, self.reason = likeness, reason
+
+    @staticmethod
+    def of(values: tuple, reason: Exception) -> NativeReading | None:
+        likeness = tuple(map(_likeness, values))
+        return None if any(item is MISS for item in likeness) else \
+            NativeReading(likeness, reason)
+
+    def arrays(self, values: tuple) -> Any:
+        try:
+            return NATIVE if tuple(map(_likeness, values)) == self.likeness else None
+        except (TypeError, ValueError):
+            return None
