@@ -51,6 +51,9 @@ class Prepared:
         self.shift = identity(args, algorithm) % ctx.tag_span
         self.blocking_tags = (*ctx.blocking_tags, self.shift)
         self.compiled: NativeCall | None = None      # the compiled executor, where it runs
+        # no rank sends or receives anything (sizes every rank passes alike, all zero): a
+        # blocking call has nothing to do, as MPI libraries return from such calls at once
+        self.moves_nothing = args.nbytes == 0 and not args.spec.vector
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
             if memory_kind == buffers.HOST:
@@ -224,7 +227,7 @@ class LastCall:
 
     __slots__ = ("comm", "no_send", "op", "root", "algorithm", "prepared", "ctx", "calls",
                  "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv", "alone",
-                 "sent", "received", "shape")
+                 "sent", "received", "shape", "moves_nothing")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
@@ -236,6 +239,7 @@ class LastCall:
         self.send_n = None if send is None else send.size
         self.recv_n, self.dtype = recv.size, recv.dtype
         self.ignores_recv = prepared.ignores_recv       # a reduce's other ranks: send[:0]
+        self.moves_nothing = prepared.moves_nothing
         self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
             (send is None or send.shape == recv.shape)
         self.sent = self.received = _nothing
@@ -271,6 +275,8 @@ class LastCall:
             if send is not None:
                 recv[...] = send
             return True
+        if self.moves_nothing:
+            return recv.size == 0 and (send is None or send.size == 0)
         compiled = self.compiled
         if compiled is not None:
             code = compiled.start(recv if send is None else send, recv, compiled.state,
@@ -348,10 +354,14 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
 def run_prepared(prepared: Prepared, send: Any, recv: Any) -> None:
     """Run a prepared blocking call on its validated arrays (on the compiled executor where
     it runs the call)."""
-    if prepared.compiled is not None and not settings.current.check:
-        prepared.ctx.check()
-        if prepared.compiled.run(send, recv):
+    if not settings.current.check:
+        if prepared.moves_nothing:
+            prepared.ctx.check()
             return
+        if prepared.compiled is not None:
+            prepared.ctx.check()
+            if prepared.compiled.run(send, recv):
+                return
     prepared.start(send, recv).wait()
 
 

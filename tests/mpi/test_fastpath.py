@@ -160,6 +160,32 @@ def test_in_place_repeats(mpi_ranks, comm):
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_zero_size_calls_among_real_ones(mpi_ranks, comm):
+    """Calls that move nothing (every rank's arrays empty) return at once, repeated or not,
+    between calls of the same collective that move data on the same and on new arrays: each
+    of those results NumPy's, and a zero-size call that does not match (empty send, full
+    receive) still raises."""
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for collective in COLLECTIVES:
+        for algorithm in ("native", "auto", scheduled(collective, p)):
+            full = [np.empty(send_size(collective, p, 3), np.int64),
+                    np.empty(recv_size(collective, p, 3), np.int64)]
+            for k, n in enumerate((0, 0, 3, 0, 3, 3, 0)):
+                send, recv = (np.empty(0, np.int64), np.empty(0, np.int64)) if n == 0 else \
+                    full if k % 2 else [np.empty_like(a) for a in full]
+                xs = inputs(p, send.size, "int64", 10 * k)
+                send[...] = xs[r]
+                recv[...] = -7
+                call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+                want = expected(collective, xs, r, "sum")
+                assert np.array_equal(recv, want), (collective, algorithm, k, recv, want)
+            with pytest.raises(ValueError):
+                call(hpccoll, comm, collective, np.empty(0, np.int64),
+                     np.empty(recv_size(collective, p, 2), np.int64), "sum", algorithm)
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
 def test_rooted_repeats(mpi_ranks, comm, monkeypatch):
     """bcast and reduce repeated (native on the compiled executor: MPI_Ibcast, MPI_Ireduce;
     auto; binomial), for the first and last root, the root's reduce also in place, the other
