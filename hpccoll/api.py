@@ -22,7 +22,7 @@ from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf,
                         signature, validate)
 from .collectives import nonblocking
 from .context import Context, context, existing_context
-from .requests import NativeOperation, PersistentRequest, Request
+from .requests import COMPLETED, NativeOperation, PersistentRequest, Request
 from .runtime import buffers, device, kernels, native, scheduled
 from .runtime.executor import Operation, Plan
 from .runtime.scheduled import Runner
@@ -54,6 +54,11 @@ class Prepared:
         # no rank sends or receives anything (sizes every rank passes alike, all zero): a
         # blocking call has nothing to do, as MPI libraries return from such calls at once
         self.moves_nothing = args.nbytes == 0 and not args.spec.vector
+        # one rank, host arrays of one size (or in place): a scheduled algorithm's result is
+        # the send buffer, so a non-blocking or persistent start copies it and is done
+        send_n, recv_n = args.spec.sizes(args.call)
+        self.local_copy = args.call.p == 1 and algorithm != registry.NATIVE and \
+            memory_kind == buffers.HOST and not args.spec.vector and send_n in (0, recv_n)
         if algorithm == registry.NATIVE:
             self.start_native = _native_starter(args, ctx.comm)
             if memory_kind == buffers.HOST:
@@ -87,6 +92,10 @@ class Prepared:
         addresses = check_apart(send, recv)
         if settings.current.check:
             agree(ctx.comm, self.args, self.algorithm, ctx)
+        if self.local_copy and tags is not None:
+            if send is not None:
+                recv[...] = send
+            return COMPLETED
         on_done = _nothing
         memory = (send, recv)
         if self.on_device:
@@ -288,6 +297,19 @@ class LastCall:
                                    runner.handles, runner.polls)
             return code == scheduled.DONE or self.resume(code, send, recv)
         return self.run(send, recv)
+
+    def start(self, send: np.ndarray | None, recv: Any) -> Any:
+        """The call started again, non-blocking, on ``send`` and ``recv`` (as
+        :meth:`repeat` takes them) if they are as validated: its operation (``test()``,
+        ``wait()``); None (nothing sent) if not."""
+        if self.prepared not in self.calls:
+            return None
+        if self.ignores_recv:
+            recv = send[:0]
+        if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
+            return None
+        prepared = self.prepared
+        return prepared.start(send, recv, prepared.ctx.next_tags(), cache=False)
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as

@@ -84,7 +84,8 @@ COLLECTIVES = (
 
 
 class Request:
-    """hpccoll's non-blocking collective with mpi4py's Request methods: ``Wait()``,
+    """hpccoll's non-blocking collective (its operation, or :class:`hpccoll.Request`: what
+    has ``test()`` and ``wait()``) with mpi4py's Request methods: ``Wait()``,
     ``Test()``, and the lower-case ``wait()`` (None) and ``test()`` (``(flag, None)``).
     ``MPI.Request.Waitall`` and its kin do not take it (it is not an MPI request)."""
 
@@ -116,10 +117,10 @@ class Prequest(Request):
         self._request.free()
 
 
-def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
-                  ) -> None:
-    """Run ``call`` validated and prepared; its reading (if any) keeps the validated call to
-    run again (:meth:`hpccoll.api.LastCall.repeat`) when the same call comes back."""
+def _prepare(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
+             ) -> tuple[api.Prepared, Any, Any]:
+    """``call`` validated and prepared (:func:`hpccoll.api.prepare`); its reading (if any)
+    keeps the validated call to run again when the same call comes back."""
     prepared, send, recv = api.prepare(call.collective, comm, call.send, call.recv,
                                        counts=call.counts, op=call.op, root=call.root,
                                        algorithm=algorithm)
@@ -127,13 +128,17 @@ def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading |
         reading.last = api.LastCall.of(prepared, comm, call.send if send is None else send,
                                        recv, send, recv, None, call.op, call.root, algorithm,
                                        None)
-    api.run_prepared(prepared, send, recv)
+    return prepared, send, recv
+
+
+def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
+                  ) -> None:
+    api.run_prepared(*_prepare(call, comm, algorithm, reading))
 
 
 def _start(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Request:
-    return Request(api.start_collective(call.collective, comm, call.send, call.recv,
-                                        counts=call.counts, op=call.op, root=call.root,
-                                        algorithm=algorithm))
+    prepared, send, recv = _prepare(call, comm, algorithm, reading)
+    return Request(prepared.start(send, recv, prepared.ctx.next_tags(), cache=False))
 
 
 def _init(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Prequest:
@@ -154,11 +159,8 @@ class _Form:
 
 
 BLOCKING = _Form(lambda m: m, (), _run_blocking)
-FORMS = (
-    BLOCKING,
-    _Form(nonblocking, (), _start),
-    _Form(lambda m: m + "_init", (("info", MPI.INFO_NULL),), _init),
-)
+NONBLOCKING = _Form(nonblocking, (), _start)
+FORMS = (BLOCKING, NONBLOCKING, _Form(lambda m: m + "_init", (("info", MPI.INFO_NULL),), _init))
 
 
 def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
@@ -185,7 +187,7 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
     parameters = collective.parameters + form.extra
     used, buffers = len(collective.parameters), collective.buffers
     read = READERS[collective.method]
-    run, blocking = form.run, form is BLOCKING
+    run, blocking, nonblocking_form = form.run, form is BLOCKING, form is NONBLOCKING
 
     def serve(self: _Collectives, values: tuple) -> Any:
         reading = self._readings.get(name)
@@ -195,10 +197,14 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
                 log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reading.reason)
                 return getattr(self._mpi, name)(self, *values)
             if arrays is not None:
+                last = reading.last
                 if blocking:
-                    last = reading.last
                     if last is not None and last.repeat(*arrays):
                         return None
+                elif nonblocking_form and last is not None:
+                    started = last.start(*arrays)
+                    if started is not None:
+                        return Request(started)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)

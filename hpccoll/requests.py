@@ -1,7 +1,8 @@
 """The request objects a started collective returns: :class:`Request` (non-blocking),
-:class:`PersistentRequest` (start/wait many times) and :class:`NativeOperation`, the MPI
+:class:`PersistentRequest` (start/wait many times), :class:`NativeOperation`, the MPI
 library's own non-blocking collective under the same test/wait and deadline as the
-scheduled algorithms' operations."""
+scheduled algorithms' operations, and :data:`COMPLETED`, an operation complete when started (a
+one-rank call's copy)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,18 @@ class NativeOperation:
         self.memory = ()
         self.on_done()
         self.guard.check_notices()
+
+
+class _Done:
+    """An operation complete when started: ``test()`` True, ``wait()`` returns at once."""
+
+    done = True
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        pass
+
+
+COMPLETED = _Done()

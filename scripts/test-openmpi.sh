@@ -18,6 +18,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_osc=^ucx
 # the launches at 1 rank (no messages) and at 5 to 8 ranks (oversubscribed 2-core runs).
 export HPCCOLL_TEST_RANKS=2,3,4
 python -m pytest tests/mpi/test_mpi_collectives.py tests/mpi/test_mpi_rooted.py \
-    tests/mpi/test_fastpath.py tests/mpi/test_mpi_faults.py tests/mpi/test_mpi_errors.py \
+    tests/mpi/test_fastpath.py tests/mpi/test_comm_fastpath.py tests/mpi/test_mpi_faults.py \
+    tests/mpi/test_mpi_errors.py \
     tests/mpi/test_mpi_csc.py tests/mpi/test_shared.py tests/mpi/test_mpi_comm.py \
     tests/mpi/test_examples.py::test_exit_prints_nothing_on_stderr
