@@ -120,6 +120,10 @@ def _flat(buf: Any, writable: bool) -> Any:
     """The buffer's memory as a flat array (a view, never a copy); NotRun where there is no
     such view (mpi4py then takes the buffer, or says what is wrong with it)."""
     if not isinstance(buf, np.ndarray) and buffers.device.is_device(buf):
+        if not buffers.device.available():
+            raise NotRun(f"a {type(buf).__name__} with a CUDA array interface and no CUDA "
+                         "driver here, so not GPU memory: MPI takes its pointer, as mpi4py "
+                         "does")
         array = buffers.adapt(buf, "buffer")
         if not buffers.device.contiguous(array):
             raise NotRun("a non-contiguous device buffer")
@@ -383,3 +387,19 @@ READERS: dict[str, Callable[..., Call]] = {
     "Reduce_scatter": _reduce_scatter, "Allreduce": _allreduce, "Bcast": _bcast,
     "Reduce": _reduce,
 }
+
+
+def check_mpi_takes(values: tuple, method: str, reason: Exception) -> None:
+    """Before a call goes to MPI's own collective (for ``reason``): TypeError if one of its
+    buffer arguments ``values`` is GPU memory and the MPI library is not GPU-aware (it would
+    read a device pointer as host memory)."""
+    for value in values:
+        buf = value[0] if isinstance(value, (list, tuple)) and value else value
+        if buf is None or buf is MPI.IN_PLACE or isinstance(buf, np.ndarray) or \
+                not buffers.device.is_device(buf) or not buffers.device.available():
+            continue
+        if not buffers.gpu_aware():
+            raise TypeError(f"{method}: this call needs MPI's own collective ({reason}), and "
+                            f"a {type(buf).__name__} in GPU memory cannot go to it: the MPI "
+                            "library is not GPU-aware (MPIX_Query_cuda_support, or "
+                            "HPCCOLL_GPU_AWARE=0); copy the buffer to the host for this call")

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping
 from mpi4py import MPI
 
 from . import api, registry
-from .buffer_specs import READERS, Call, NotRun
+from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
 from .collectives import nonblocking, spec
 from .context import check_comm
@@ -212,6 +212,7 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
             call = self._read(read, values[:used])
         except NotRun as reason:
             log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reason)
+            check_mpi_takes(values[:buffers], name, reason)
             self._readings[name] = NativeReading.of(values, reason)
             return getattr(self._mpi, name)(self, *values)
         reading = self._readings[name] = Reading.of(call, values, buffers, blocking)

@@ -11,6 +11,11 @@ result is compared with the wrapped communicator's own collective on the same ar
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -216,3 +221,41 @@ def test_repeats_after_free_and_settings_changes(mpi_ranks, comm):
     assert wrapped == MPI.COMM_NULL
     with pytest.raises((TypeError, MPI.Exception)):
         wrapped.Allreduce(x, y)
+
+
+CUDA_INTERFACE_WITHOUT_A_DRIVER = """
+import numpy as np
+from mpi4py import MPI
+import hpccoll
+
+class Interface:        # what a CuPy array looks like, over host memory
+    def __init__(self, array):
+        self.array = array
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str,
+                                         "strides": None, "version": 3,
+                                         "data": (array.ctypes.data, False)}
+
+comm = MPI.COMM_WORLD
+wrapped = hpccoll.Comm(comm)
+x = np.arange(1000.0) + comm.rank
+for _ in range(2):
+    got, want = np.zeros(1000), np.zeros(1000)
+    wrapped.Allreduce(Interface(x), Interface(got))
+    comm.Allreduce(x, want)
+    assert np.array_equal(got, want), (got, want)
+print("same as mpi4py", comm.rank)
+"""
+
+
+def test_cuda_array_interface_without_a_driver_is_host_memory(tmp_path):
+    """An object exposing ``__cuda_array_interface__`` where no CUDA driver is (no GPU, no
+    simulator): mpi4py hands its pointer to MPI, and so does hpccoll.Comm (MPI's own
+    collective), with mpi4py's result -- not a CUDA error."""
+    script = tmp_path / "interface.py"
+    script.write_text(textwrap.dedent(CUDA_INTERFACE_WITHOUT_A_DRIVER))
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "CUDA_VISIBLE_DEVICES": ""}
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    done = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(done.stdout.split("\n")[:2]) == ["same as mpi4py 0", "same as mpi4py 1"]

@@ -277,6 +277,47 @@ def test_device_misuse_raises_on_every_rank_before_any_message(mpi_ranks, comm):
     assert np.all(host(result) == 7 * p)
 
 
+@pytest.mark.mpi(ranks=[1, 2], timeout=300)
+def test_comm_gives_mpi_device_memory_only_where_it_is_gpu_aware(mpi_ranks, comm):
+    """hpccoll.Comm's hand-over to MPI's own collective (a user-defined op, IN_PLACE
+    alltoall): device buffers with an MPI that is not GPU-aware raise TypeError on every
+    rank before any message (MPI would read the device pointer as host memory), the
+    receive buffer untouched; where MPI is GPU-aware (here: the simulator's memory is host
+    memory) they go to it and give MPI's result."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    n = 4096
+    values = data(r, n, "float64")
+    biggest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
+        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
+        out=np.frombuffer(b, np.float64)), commute=True)
+    try:
+        for aware in ("0", "1"):
+            os.environ["HPCCOLL_GPU_AWARE"] = aware
+            wrapped = hpccoll.Comm(comm)
+            result = dev(np.full(n, 7.0))
+            to_all = dev(np.arange(2.0 * p) + 10 * r)
+            if aware == "0":
+                with pytest.raises(TypeError, match="not GPU-aware"):
+                    wrapped.Allreduce(dev(values), result, op=biggest)
+                with pytest.raises(TypeError, match="not GPU-aware"):
+                    wrapped.Alltoall(MPI.IN_PLACE, to_all)
+                assert np.all(host(result) == 7)
+                continue
+            wrapped.Allreduce(dev(values), result, op=biggest)
+            want = np.empty(n)
+            comm.Allreduce(values, want, op=MPI.MAX)
+            assert np.array_equal(host(result), want)
+            wrapped.Alltoall(MPI.IN_PLACE, to_all)
+            mine = np.arange(2.0 * p) + 10 * r
+            comm.Alltoall(MPI.IN_PLACE, mine)
+            assert np.array_equal(host(to_all), mine)
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+        biggest.Free()
+
+
 @pytest.mark.mpi(ranks=[1], timeout=120)
 def test_gpu_aware_detection_and_override(mpi_ranks, comm):
     from mpi4py import MPI
