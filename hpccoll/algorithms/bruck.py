@@ -56,11 +56,16 @@ def bruck_rounds(p: int, radix: int = 2) -> tuple[tuple[tuple[int, tuple[int, ..
     return tuple(rounds)
 
 
-def _valid_radix(radix: Any) -> bool:
+def integer_at_least(value: Any, least: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``least``."""
     try:
-        return not isinstance(radix, bool) and operator.index(radix) >= 2
+        return not isinstance(value, bool) and operator.index(value) >= least
     except TypeError:
         return False
+
+
+def _valid_radix(radix: Any) -> bool:
+    return integer_at_least(radix, 2)
 
 
 VALID_RADIX = Constraint("option radix is an integer >= 2",

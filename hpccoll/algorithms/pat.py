@@ -27,24 +27,16 @@ in-flight buffer space is logarithmic in p for a given message bound.  Cost nota
 from __future__ import annotations
 
 import operator
-from typing import Any
 
 from ..registry import Constraint, Cost, register
 from ..schedule import Call, Program
-from .bruck import OffsetRound, offset_allgather, offset_reduce_scatter
+from .bruck import OffsetRound, integer_at_least, offset_allgather, offset_reduce_scatter
 
 BUFFER_BYTES = 1 << 20
 
 
-def _positive_integer(value: Any) -> bool:
-    try:
-        return not isinstance(value, bool) and operator.index(value) >= 1
-    except TypeError:
-        return False
-
-
 VALID_BUFFER = Constraint("option buffer_bytes is a positive integer",
-                          lambda c: _positive_integer(c.option("buffer_bytes", BUFFER_BYTES)))
+                          lambda c: integer_at_least(c.option("buffer_bytes", BUFFER_BYTES), 1))
 
 
 def aggregation(call: Call) -> int:

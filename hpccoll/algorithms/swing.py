@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 
 from ..registry import Cost, register
-from ..schedule import (RECV, SCRATCH, SEND, Call, Program, Reduce, Region, allgather_blocks,
+from ..schedule import (SCRATCH, SEND, Call, Program, Reduce, Region, allgather_blocks,
                         merge_adjacent, one_rank, reduce_scatter_blocks, span, split)
 from .hypercube import (DOUBLING_ALLREDUCE_COST, RABENSEIFNER_COST, _FOLDED, _P, _ROUNDS, _Fold,
                         _doubling_allreduce, _folded_allreduce, _rabenseifner_allreduce,

@@ -1,0 +1,121 @@
+"""Swing, Bine trees, PAT and Bruck's allgather against the native MPI collectives at 1-8
+ranks: every dtype, the ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with
+messages capped at one block (options)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpi_cases import DTYPES, check, data, mpi_op, ops_for
+
+RANKS = [1, 2, 3, 4, 5, 6, 7, 8]
+SIZES = [0, 1, 7, 1000]
+OP_DTYPES = ["float16", "float64", "int8", "uint32", "complex64"]
+# every variant of each algorithm: (name, options)
+ALLGATHER = [("bruck", {}), ("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {})]
+REDUCE_SCATTER = [("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {})]
+ALLREDUCE = [("swing", {}), ("swing_latency", {})]
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_allgather_matches_native(mpi_ranks, comm):
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    for name, options in ALLGATHER:
+        for dtype in DTYPES:
+            for n in SIZES:
+                send = data(r, n, dtype)
+                want = np.zeros(n * p, dtype)
+                comm.Allgather(send, want)
+                got = np.zeros(n * p, dtype)
+                hpccoll.allgather(comm, send, got, algorithm=name, options=options)
+                check(got, want, f"{name} {options} {dtype} n={n}")
+                inplace = np.zeros(n * p, dtype)
+                inplace[r * n:(r + 1) * n] = send
+                hpccoll.allgather(comm, MPI.IN_PLACE, inplace, algorithm=name, options=options)
+                check(inplace, want, f"{name} {options} IN_PLACE {dtype} n={n}")
+        counts = [(3 * i + 1) % 4 for i in range(p)]
+        send = data(r, counts[r], "int64")
+        want = np.zeros(sum(counts), "int64")
+        comm.Allgatherv(send, [want, counts])
+        got = np.zeros_like(want)
+        hpccoll.allgather(comm, send, got, recvcounts=counts, algorithm=name, options=options)
+        check(got, want, f"{name} {options} uneven {counts}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_reduce_scatter_matches_native(mpi_ranks, comm):
+    import hpccoll
+    p, r = comm.size, comm.rank
+    for name, options in REDUCE_SCATTER:
+        for dtype in OP_DTYPES:
+            for op in ops_for(dtype):
+                for n in SIZES:
+                    send = data(r, n * p, dtype, op)
+                    want = np.zeros(n, dtype)
+                    comm.Reduce_scatter_block(send, want, op=mpi_op(op))
+                    got = np.zeros(n, dtype)
+                    hpccoll.reduce_scatter(comm, send, got, op=op, algorithm=name,
+                                           options=options)
+                    check(got, want, f"{name} {options} {dtype} {op} n={n}")
+        counts = [(2 * i + 3) % 5 for i in range(p)]
+        send = data(r, sum(counts), "float64")
+        want = np.zeros(counts[r])
+        comm.Reduce_scatter(send, want, counts)
+        got = np.zeros(counts[r])
+        hpccoll.reduce_scatter(comm, send, got, recvcounts=counts, algorithm=name,
+                               options=options)
+        check(got, want, f"{name} {options} uneven {counts}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_allreduce_matches_native(mpi_ranks, comm):
+    import hpccoll
+    from mpi4py import MPI
+    r = comm.rank
+    for name, options in ALLREDUCE:
+        for dtype in OP_DTYPES:
+            for op in ops_for(dtype):
+                for n in SIZES:
+                    send = data(r, n, dtype, op)
+                    want = np.zeros(n, dtype)
+                    comm.Allreduce(send, want, op=mpi_op(op))
+                    got = np.zeros(n, dtype)
+                    hpccoll.allreduce(comm, send, got, op=op, algorithm=name)
+                    check(got, want, f"{name} {dtype} {op} n={n}")
+                    inplace = send.copy()
+                    hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op(op),
+                                      algorithm=name)
+                    check(inplace, want, f"{name} IN_PLACE {dtype} {op} n={n}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=300)
+def test_bine_bcast_and_reduce_match_native(mpi_ranks, comm):
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    for root in range(p):
+        for dtype in ["float64", "int8", "complex128"]:
+            for n in SIZES:
+                want = data(root, n, dtype)
+                got = want.copy() if r == root else np.zeros(n, dtype)
+                hpccoll.bcast(comm, got, root=root, algorithm="bine")
+                check(got, want, f"bcast root {root} {dtype} n={n}")
+                for op in ops_for(dtype):
+                    send = data(r, n, dtype, op)
+                    want = np.zeros(n, dtype)
+                    comm.Reduce(send, want, op=mpi_op(op), root=root)
+                    got = np.full(n, 99, dtype)
+                    hpccoll.reduce(comm, send, got if r == root else None, op=op, root=root,
+                                   algorithm="bine")
+                    if r == root:
+                        check(got, want, f"reduce root {root} {dtype} {op} n={n}")
+        send = data(r, 5000, "int64")
+        want = np.zeros_like(send)
+        comm.Reduce(send, want, root=root)
+        mine = send.copy()
+        hpccoll.reduce(comm, MPI.IN_PLACE if r == root else send, mine, root=root,
+                       algorithm="bine")
+        check(mine, want if r == root else send, f"reduce IN_PLACE root {root}")

@@ -1,0 +1,110 @@
+"""Swing, Bine trees, PAT and Bruck's allgather: the verifier's sweep past test_verify's
+(every p to 64; p = 1,024 for the latency-bound ones), their peers and trees as the papers
+define them, PAT's message and buffer bounds, and auto never picking them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hpccoll import costmodel, registry, verify
+from hpccoll.algorithms.bine import bine_tree, negabinary
+from hpccoll.algorithms.pat import pat_rounds
+from hpccoll.algorithms.swing import reached, rho, swing_peer, swing_position
+from hpccoll.collectives import uniform_call
+
+NEW = [("allgather", "bruck"), ("allgather", "pat"), ("reduce_scatter", "pat"),
+       ("allreduce", "swing"), ("allreduce", "swing_latency"), ("reduce_scatter", "swing"),
+       ("allgather", "swing"), ("bcast", "bine"), ("reduce", "bine")]
+IDS = [f"{c}-{n}" for c, n in NEW]
+
+
+@pytest.mark.parametrize("collective,name", NEW, ids=IDS)
+def test_verified_to_64_ranks(collective, name):
+    for p in range(34, 65):         # test_verify covers 1..33 and powers of two to 256
+        assert verify.check_algorithm(collective, name, p)
+
+
+@pytest.mark.parametrize("collective,name", [("allreduce", "swing"), ("bcast", "bine"),
+                                             ("reduce", "bine")])
+def test_verified_at_1024_ranks(collective, name):
+    assert verify.check_algorithm(collective, name, 1024, counts=(1, 1), uneven=False)
+
+
+def test_new_algorithms_are_registered_but_not_for_auto():
+    for collective, name in NEW:
+        assert not registry.get(collective, name).auto
+    for collective in ("allgather", "reduce_scatter", "allreduce", "bcast", "reduce"):
+        for p in (3, 8):
+            for n in (1, 4096):
+                picked, _ = costmodel.best(uniform_call(collective, p, 0, n))
+                assert (collective, picked) not in NEW
+
+
+def test_swing_distances_and_peers():
+    assert [rho(s) for s in range(6)] == [1, -1, 3, -5, 11, -21]
+    assert [swing_peer(4, s, 64) for s in range(4)] == [5, 3, 7, 63]
+    assert [swing_peer(5, s, 64) for s in range(4)] == [4, 6, 2, 10]
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16, 64, 256])
+def test_swing_sets_halve_into_aligned_position_ranges(size):
+    positions = [swing_position(size, r) for r in range(size)]
+    assert sorted(positions) == list(range(size))
+    for s in range(size.bit_length() - 1):
+        width = size >> (s + 1)
+        for r in range(size):
+            kept = {positions[x] for x in reached(size, r, s + 1)}
+            low = positions[r] - positions[r] % width
+            assert kept == set(range(low, low + width))
+            assert not kept & {positions[x] for x in reached(size, swing_peer(r, s, size), s + 1)}
+
+
+def test_swing_allreduce_talks_to_swing_peers_in_contiguous_messages():
+    p = 16
+    for rank in range(p):
+        program = registry.get("allreduce", "swing").planner(uniform_call("allreduce", p, rank, 64))
+        peers = [step.sends[0].peer for step in program.steps]
+        assert peers == [swing_peer(rank, s, p) for s in (0, 1, 2, 3, 3, 2, 1, 0)]
+        assert all(len(send.regions) == 1 for step in program.steps for send in step.sends)
+
+
+def test_bine_tree_is_the_negabinary_tree():
+    assert negabinary(-5, 4) == [1, 1, 1, 1]       # -5 = 1 - 2 + 4 - 8
+    start, links = bine_tree(16)
+    assert start == -10
+    root_children = sorted((step, x) for x, (parent, step) in links.items() if parent == 0)
+    assert root_children == [(0, -5), (1, 3), (2, -1), (3, 1)]
+    for p in (5, 6, 17, 24, 100):
+        start, links = bine_tree(p)
+        assert len(links) == p - 1 and all(start <= parent < start + p
+                                           for parent, _ in links.values())
+
+
+def test_pat_reverses_bruck_and_caps_messages():
+    p = 8
+    full = pat_rounds(p, 4)
+    assert [d for d, _ in full] == [4, 2, 1]                   # Bruck's are 1, 2, 4
+    assert [len(offsets) for _, offsets in full] == [1, 2, 4]  # the long message goes nearest
+    for blocks in (1, 2, 4):
+        rounds = pat_rounds(100, blocks)
+        assert max(len(offsets) for _, offsets in rounds) <= blocks
+        assert sorted(s for _, offsets in rounds for s in offsets) == list(range(1, 100))
+    assert len(pat_rounds(64, 4)) == 2 + 16 - 1                # log2 A + P/A - 1
+
+
+def test_pat_reduce_scatter_buffer_is_logarithmic_with_one_block_messages():
+    planner = registry.get("reduce_scatter", "pat").planner
+    for p in (64, 100, 1024):
+        call = replace(uniform_call("reduce_scatter", p, 3, 5), itemsize=8,
+                       options=(("buffer_bytes", 40),))
+        program = planner(call)
+        assert max(send.count for step in program.steps for send in step.sends) == 5
+        assert program.scratch <= 5 * (p - 1).bit_length()
+
+
+def test_pat_refuses_a_bad_buffer():
+    call = replace(uniform_call("allgather", 4, 0, 2), options=(("buffer_bytes", 0),))
+    assert registry.get("allgather", "pat").violated(call) == \
+        "option buffer_bytes is a positive integer"
