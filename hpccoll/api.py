@@ -293,6 +293,8 @@ class LastCall:
             return code == native.DONE or compiled.finish(code, send, recv)
         runner = self.runner
         if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
+            if self.ignores_recv:       # (the binding's own space stands in for it)
+                recv = runner.recv
             code = runner.function(recv if send is None else send, recv, runner.state,
                                    runner.handles, runner.polls)
             return code == scheduled.DONE or self.resume(code, send, recv)

@@ -79,6 +79,9 @@ def method_arguments(method: str, p: int, rank: int, nbytes: int
         {"root": 0}
 
 
+REQUESTS: list = []         # the persistent requests made, freed at the end
+
+
 def form_call(comm: MPI.Comm, method: str, form: str, arguments: tuple
               ) -> Callable[[], None]:
     """One call of ``method`` in ``form`` on ``comm`` (the persistent request made once)."""
@@ -89,6 +92,7 @@ def form_call(comm: MPI.Comm, method: str, form: str, arguments: tuple
         start = getattr(comm, "I" + method[0].lower() + method[1:])
         return lambda: start(*arguments).Wait()
     request = getattr(comm, method + "_init")(*arguments)
+    REQUESTS.append(request)
     return lambda: (request.Start(), request.Wait())
 
 
@@ -102,6 +106,7 @@ def function_call(comm: MPI.Comm, name: str, form: str, arguments: tuple, keywor
         start = getattr(hpccoll, "i" + name)
         return lambda: start(comm, *arguments, **keywords).wait()
     request = getattr(hpccoll, name + "_init")(comm, *arguments, **keywords)
+    REQUESTS.append(request)
     return lambda: (request.start(), request.wait())
 
 
@@ -158,8 +163,8 @@ def osu_loop(comm: MPI.Comm, test: str, size: int, buf: np.ndarray, out: np.ndar
         return lambda: comm.Reduce([floats, count, f32], [results, count, f32], op=MPI.SUM,
                                    root=0)
     block = max(1, count // p)
-    return lambda: comm.Reduce_scatter_block([floats, block * p, f32], [results, block, f32],
-                                             op=MPI.SUM)
+    return lambda: comm.Reduce_scatter_block([floats[:block * p], f32],
+                                             [results[:block], f32], op=MPI.SUM)
 
 
 OSU_TESTS = ("bcast", "allgather_in_place", "alltoall", "allreduce", "reduce",
@@ -206,6 +211,8 @@ def main() -> None:
         methods_part(comm, wrapped, args)
     if "osu" in parts:
         osu_part(comm, wrapped, args)
+    for request in REQUESTS:
+        (request.Free if hasattr(request, "Free") else request.free)()
 
 
 if __name__ == "__main__":
