@@ -82,6 +82,19 @@ def _argument_view(argument: Any, array: Any, checks: str) -> Callable[[Any], An
     return _array_view(argument, array, checks)
 
 
+def _copied(items: Any) -> Any:
+    """A deep copy of nested lists and tuples of plain values (counts, displacements,
+    datatypes), which compares by value with what a later call passes, even if the user
+    changed the originals in place; LookupError if a NumPy array is among them."""
+    if type(items) is list:
+        return [_copied(item) for item in items]
+    if type(items) is tuple:
+        return tuple(_copied(item) for item in items)
+    if isinstance(items, np.ndarray):
+        raise LookupError("an array among the numbers")
+    return items
+
+
 def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
                ) -> Callable[[Any], Any] | None:
     """``view(value)`` for a buffer spec ``[buf, ...]``: ``value`` a spec of the same type
@@ -90,15 +103,16 @@ def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
     if buf_view is None:
         return None
     kind, length = type(spec), len(spec)
-    if any(isinstance(item, (list, tuple, np.ndarray)) for item in spec[1:]):
+    try:
+        rest = _copied(spec[1:])
+    except LookupError:         # counts in NumPy arrays: compared as tuples of numbers
         layout = frozen(spec[1:])
 
-        def view(value: Any) -> Any:
+        def view_frozen(value: Any) -> Any:
             if type(value) is not kind or len(value) != length or frozen(value[1:]) != layout:
                 return MISS
             return buf_view(value[0])
-        return view
-    rest = spec[1:]
+        return view_frozen
 
     def view(value: Any) -> Any:
         if type(value) is not kind or len(value) != length or value[1:] != rest:
@@ -112,12 +126,13 @@ class Reading:
     root or counts), and :meth:`arrays` that reads the same call again from new arguments
     cheaply.  ``last`` is free for the caller: the validated call to run again."""
 
-    __slots__ = ("call", "send", "recv", "buffers", "rest", "numbers", "last")
+    __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last")
 
     def __init__(self, call: Call, send: Callable[[Any], Any], recv: Callable[[Any], Any],
-                 buffers: int, rest: tuple, numbers: bool):
+                 buffers: int, rest: tuple, as_numbers: bool):
         self.call, self.send, self.recv = call, send, recv
-        self.buffers, self.rest, self.numbers = buffers, rest, numbers
+        self.buffers, self.rest = buffers, rest
+        self.as_numbers = as_numbers        # NumPy arrays among the rest: compared frozen
         self.last: Any = None
 
     @staticmethod
@@ -139,15 +154,17 @@ class Reading:
         if send is None or recv is None:
             return None
         rest = values[buffers:]         # counts among them: compared as numbers
-        numbers = any(isinstance(value, (list, tuple, np.ndarray)) for value in rest)
-        return Reading(call, send, recv, buffers, frozen(rest) if numbers else rest, numbers)
+        try:
+            return Reading(call, send, recv, buffers, _copied(rest), False)
+        except LookupError:             # counts in NumPy arrays: compared frozen
+            return Reading(call, send, recv, buffers, frozen(rest), True)
 
     def arrays(self, values: tuple) -> tuple[Any, Any] | None:
         """The send (None: none) and receive (None: not used) arrays of the call read from
         ``values`` if it is the same call as the one read before; None if not."""
         try:
             rest = values[self.buffers:]
-            if (frozen(rest) if self.numbers else rest) != self.rest:
+            if (frozen(rest) if self.as_numbers else rest) != self.rest:
                 return None
             send = self.send(values[0])
             if send is MISS:

@@ -170,6 +170,9 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     counts[:] = [2] * p     # mutated in place: another call
     mine = np.arange(2, dtype=np.float64) + r
     check("Allgatherv", mine, [out, (counts, [2 * i for i in range(p)])], read=1)
+    check("Allgatherv", mine, [out, np.array(counts)], read=1)     # counts in an array
+    check("Allgatherv", mine, [out, np.array(counts)], read=0)     # equal numbers again
+    check("Allgatherv", mine[:1], [out, np.ones(p, int)], read=1)  # other numbers
     for k in range(3):      # MPI's own call (IN_PLACE alltoall): read once, then alike
         mine = np.arange(2 * p, dtype=np.float64) + 10 * r + k
         theirs = mine.copy()
