@@ -36,7 +36,7 @@ from .runtime.window import NodeWindow
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 
 if TYPE_CHECKING:
-    from .api import Prepared
+    from .prepared import Prepared
 
 PLANS_PER_COMM = 128
 CALLS_PER_COMM = 256

@@ -18,7 +18,7 @@ from .runtime.progress import Guard, deadline_from, wait_requests
 from .runtime.scheduled import DONE, PENDING, Runner
 
 if TYPE_CHECKING:
-    from .api import Prepared
+    from .prepared import Prepared
 
 
 class Request:

@@ -1,0 +1,208 @@
+"""A call validated, its algorithm chosen and planned: :func:`prepare` and :class:`Prepared`,
+what every form of every collective (:mod:`hpccoll.api`, :mod:`hpccoll.comm`) starts from.
+Arguments are checked on every rank before the first message (:mod:`hpccoll.arguments`);
+an identical call on the same communicator is served from its context's cache after a cheap
+signature check."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from mpi4py import MPI
+
+from . import registry, settings
+from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf, resolve,
+                        signature, validate)
+from .collectives import nonblocking
+from .context import Context, context, existing_context
+from .requests import COMPLETED, NativeOperation
+from .runtime import buffers, device, kernels, native
+from .runtime.executor import Operation, Plan
+from .runtime.native import NativeCall
+
+
+class Prepared:
+    """A validated call with its algorithm chosen and planned; ``start`` runs it on buffers
+    of the validated kind, dtype and sizes (cached and reused by later identical calls).
+
+    Device buffers go to MPI as they are when it is GPU-aware (:func:`buffers.gpu_aware`,
+    decided here, once), the local work running as device kernels; otherwise each call copies
+    them into pinned host buffers allocated once for this call signature, runs on those, and
+    copies the result back (a second call running meanwhile gets buffers of its own)."""
+
+    def __init__(self, ctx: Context, args: CallArgs, algorithm: str, memory_kind: str):
+        self.ctx = ctx
+        self.args = args
+        self.algorithm = algorithm
+        self.ignores_recv = ignores_recvbuf(args.spec, args.call.rank, args.call.root)
+        self.host: tuple[Any, Any] | None = None        # the staging buffers, once made
+        self.host_busy = False
+        self.plan: Plan | None = None
+        self.reduce = None
+        self.label = f"{args.collective}/{algorithm}"
+        self.shift = identity(args, algorithm) % ctx.tag_span
+        self.blocking_tags = (*ctx.blocking_tags, self.shift)
+        self.compiled: NativeCall | None = None      # the compiled executor, where it runs
+        # no rank sends or receives anything (sizes every rank passes alike, all zero): a
+        # blocking call has nothing to do, as MPI libraries return from such calls at once
+        self.moves_nothing = args.nbytes == 0 and not args.spec.vector
+        # one rank, host arrays of one size (or in place): a scheduled algorithm's result is
+        # the send buffer, so a non-blocking or persistent start copies it and is done
+        send_n, recv_n = args.spec.sizes(args.call)
+        self.local_copy = args.call.p == 1 and algorithm != registry.NATIVE and \
+            memory_kind == buffers.HOST and not args.spec.vector and send_n in (0, recv_n)
+        if algorithm == registry.NATIVE:
+            self.start_native = _native_starter(args, ctx.comm)
+            if memory_kind == buffers.HOST:
+                self.compiled = _native_call(args, ctx, self.label)
+        else:
+            key = (args.collective, algorithm, args.call, args.dtype)
+            planner = registry.get(args.collective, algorithm).planner
+            self.plan = ctx.plan(key, lambda: Plan(planner(args.call), args.dtype, self.label))
+        # a shared window is host memory: its algorithms stage device buffers
+        self.on_device = memory_kind == buffers.DEVICE
+        self.staged = self.on_device and \
+            (not buffers.gpu_aware() or self.plan is not None and self.plan.program.window > 0)
+        on_host = not self.on_device or self.staged
+        if args.op and not on_host and not device.reduces(args.op, args.dtype):
+            raise TypeError(f"{args.op} on {args.dtype} device arrays: the device kernels do "
+                            f"not reduce {args.dtype} (stage through host memory with "
+                            "HPCCOLL_GPU_AWARE=0, or reduce another dtype)")
+        if self.plan is not None:
+            if args.op:
+                self.reduce = kernels.reduction(args.op, args.dtype) if on_host \
+                    else device.reduction(args.op)
+
+    def start(self, send: Any, recv: Any, tags: tuple[int, int] | None = None,
+              cache: bool = True) -> Any:
+        """Start on ``send``/``recv`` (send None when there is none) with the blocking calls'
+        tags, or ``tags`` of a non-blocking or persistent operation, on a cached binding or
+        (``cache`` False) one freed at the end; returns the operation.  Before any message: CommunicatorRevoked if the communicator
+        is, ValueError if the two buffers overlap."""
+        ctx = self.ctx
+        ctx.check()
+        addresses = check_apart(send, recv)
+        if settings.current.check:
+            agree(ctx.comm, self.args, self.algorithm, ctx)
+        if self.local_copy and tags is not None:
+            if send is not None:
+                recv[...] = send
+            return COMPLETED
+        on_done = nothing
+        memory = (send, recv)
+        if self.on_device:
+            device.synchronize()            # the user's kernels on them are done
+            if self.staged:
+                send, recv, on_done = self._stage(send, recv)
+                addresses = check_apart(send, recv)
+        if self.plan is None:
+            if self.on_device and not self.staged:
+                send, recv = buffers.message(send), buffers.message(recv)
+            return NativeOperation(self.label, self.start_native(send, recv), on_done,
+                                   memory + (send, recv), ctx)
+        window = None
+        if self.plan.program.window:
+            window = ctx.node_window(self.plan.program.window * self.args.dtype.itemsize,
+                                     self.shift)
+        binding = self.plan.binding(ctx.comm, send, recv, addresses,
+                                    self.blocking_tags if tags is None else (*tags, self.shift),
+                                    cache, window)
+        return Operation(binding, self.reduce, on_done, memory + (send, recv), ctx).start()
+
+    def _stage(self, send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
+        """The pinned host buffers for device ``send``/``recv`` (send None when there is
+        none), filled from them, and the callback that copies the result back."""
+        host = self.host
+        if host is None or self.host_busy:
+            host = (None if send is None else device.pinned(send.size, send.dtype),
+                    device.pinned(recv.size, recv.dtype))
+            if self.host is None:
+                self.host = host
+        mine = host is self.host
+        self.host_busy |= mine
+        host_send, host_recv = host
+        if send is not None:
+            device.to_host(send, host_send)
+        device.to_host(recv, host_recv)     # what the call does not write stays as it was
+
+        def copy_back() -> None:
+            device.to_device(host_recv, recv)
+            if mine:
+                self.host_busy = False
+        return host_send, host_recv, copy_back
+
+    def release(self, tags: tuple[int, int]) -> None:
+        """Free the persistent requests made for tag range ``tags``."""
+        if self.plan is not None:
+            self.plan.release((*tags, self.shift))
+
+
+def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:
+    """``start(send, recv)`` for the MPI library's own non-blocking collective (send None
+    when there is none), with the datatype, op and counts resolved once."""
+    op = buffers.native_op(args.op, args.dtype) if args.op else None
+    name, arguments = args.spec.native_args(args.call, buffers.mpi_datatype(args.dtype), op)
+    method = getattr(comm, nonblocking(name))
+    return lambda send, recv: method(*arguments(send, recv))
+
+
+def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
+    """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
+    one: an MPI library it recognises, a collective and dtype it takes, equal blocks and an
+    op the library predefines; None otherwise."""
+    call = args.call
+    if len(set(call.counts)) > 1 or \
+            not native.runs(args.collective, args.dtype, max(call.counts, default=0)):
+        return None
+    op = buffers.native_op(args.op, args.dtype) if args.op else None
+    if op is not None and not op.is_predefined:
+        return None
+    send_n, recv_n = args.spec.sizes(call)
+    no_send = call.in_place or args.spec.one_buffer
+    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0], call.p,
+                      None if no_send else send_n,
+                      None if ignores_recvbuf(args.spec, call.rank, call.root) else recv_n,
+                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag, call.root)
+
+
+def nothing() -> None:
+    """Nothing to do (a callback that has no work)."""
+
+
+def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: Any = None,
+            op: Any = None, root: Any = 0, algorithm: str = "auto",
+            options: Mapping[str, Any] | None = None) -> tuple[Prepared, Any, Any]:
+    """Validate and plan a call (every check happens here, before any message); return the
+    prepared call with the send (None when there is none) and receive arrays.  An identical
+    call on the same communicator is served from a cache after a cheap signature check."""
+    ctx = existing_context(comm) if isinstance(comm, MPI.Comm) else None
+    key = signature(collective, sendbuf, recvbuf, counts, op, root, algorithm, options) \
+        if isinstance(comm, MPI.Comm) else None
+    if key is not None:
+        try:
+            found = None if ctx is None else ctx.calls.get(key)
+            hash(key)
+        except TypeError:               # unhashable arguments: validation says what is wrong
+            found = key = None
+        if found is not None:
+            if found.args.spec.vector:
+                sendbuf, recvbuf = sendbuf[0], recvbuf[0]
+            send = None if sendbuf is MPI.IN_PLACE else _array(sendbuf)
+            return found, send, send[:0] if found.ignores_recv else _array(recvbuf)
+    args, send, recv = validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
+                                root=root, options=options)
+    resolve(args, algorithm)            # unknown names and constraints on p: before any message
+    ctx = context(comm)                 # (collective on first use: duplicate, topology)
+    args = replace(args, call=replace(args.call, topology=ctx.topology))
+    algorithm = resolve(args, algorithm)
+    prepared = Prepared(ctx, args, algorithm, buffers.kind(recv))
+    if key is not None:
+        ctx.remember(key, prepared)
+    return prepared, send, recv
+
+
+def _array(buf: Any) -> Any:
+    """The array of an already validated buffer (a NumPy array is one; None stays None)."""
+    return buf if buf is None or isinstance(buf, np.ndarray) else buffers.adapt(buf, "buffer")
