@@ -87,8 +87,8 @@ class Prepared:
         if settings.current.check:
             agree(ctx.comm, self.args, self.algorithm, ctx)
         if self.local_copy and tags is not None:
-            if send is not None:
-                recv[...] = send
+            if send is not None:        # (C-contiguous, of one size: flat views, no copy)
+                recv.reshape(-1)[...] = send.reshape(-1)
             return COMPLETED
         on_done = nothing
         memory = (send, recv)

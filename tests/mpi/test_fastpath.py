@@ -235,6 +235,31 @@ def test_rooted_repeats(mpi_ranks, comm, monkeypatch):
 
 
 @pytest.mark.mpi(ranks=[1], timeout=300)
+def test_one_rank_starts_are_copies_whatever_the_shapes(mpi_ranks, comm):
+    """On one rank a scheduled algorithm's non-blocking and persistent starts copy the send
+    buffer into the receive buffer at once, also between arrays of one size and different
+    shapes (a 3x4 send into a flat receive buffer, and back), and in place change nothing."""
+    import hpccoll
+    from mpi4py import MPI
+    for algorithm in ("ring", "auto"):
+        for shapes in (((3, 4), (12,)), ((12,), (2, 6)), ((12,), (12,))):
+            x = np.arange(12, dtype=np.float64).reshape(shapes[0])
+            y = np.zeros(shapes[1])
+            hpccoll.iallreduce(comm, x, y, algorithm=algorithm).wait()
+            assert np.array_equal(y.reshape(-1), x.reshape(-1)), (algorithm, shapes)
+            y[...] = 0
+            request = hpccoll.allgather_init(comm, x, y, algorithm=algorithm)
+            for _ in range(2):
+                request.start()
+                request.wait()
+                assert np.array_equal(y.reshape(-1), x.reshape(-1)), (algorithm, shapes)
+            request.free()
+        z = np.arange(5.0)
+        hpccoll.iallreduce(comm, MPI.IN_PLACE, z, algorithm=algorithm).wait()
+        assert np.array_equal(z, np.arange(5.0))
+
+
+@pytest.mark.mpi(ranks=[1], timeout=300)
 def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
     """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their
     shape, is a copy that neither validates nor runs the schedule (both are made to fail
