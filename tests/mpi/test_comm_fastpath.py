@@ -70,7 +70,7 @@ def reset(method: str, arguments: tuple, fresh: tuple) -> None:
             buf[...] = original
 
 
-@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=300)
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
 def test_the_same_call_again_skips_reading_and_validation(mpi_ranks, comm, monkeypatch):
     """Every spec form on NumPy arrays, in the three forms, with ``auto`` and a scheduled
     algorithm: the second call with new spec lists is neither read nor (blocking and
