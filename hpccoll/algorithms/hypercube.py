@@ -233,6 +233,28 @@ def _doubling_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, source: 
     return used
 
 
+def folded_allgather(call: Call) -> Program | tuple[_Fold, list, Region, ProgramBuilder]:
+    """What every folded allgather (recursive doubling's, Swing's) starts with: the finished
+    program where this rank has nothing more to do (one rank; an odd rank that folds its
+    block into its even partner and gets everything back last), else (fold, result blocks,
+    source, steps) with the own block copied into place and, on an even rank with a
+    partner, the partner's block received in the first step."""
+    p, rank = call.p, call.rank
+    fold = _Fold(p, rank)
+    result, source = allgather_blocks(call)
+    own = result[rank]
+    if p == 1:
+        return one_rank(source, own)
+    steps = fold.builder(fold.rounds)
+    steps[0].copy(source, own)
+    if fold.sits_out:
+        return _sit_out(steps, rank - 1, source,
+                        *merge_adjacent((span(result, 0, rank), span(result, rank + 1, p))))
+    if fold.pairs:
+        steps[0].recv(rank + 1, result[rank + 1])
+    return fold, result, source, steps
+
+
 @register("allgather", "recursive_doubling", family="hypercube", source=_SOURCE,
           # rank 0: its groups' blocks (2^k + min(2^k, r) in round k), then all but one back
           cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLDED} * n * ({_P} - 1 + {_sum_min(_R)})",
@@ -247,19 +269,11 @@ def plan_recursive_doubling_allgather(call: Call) -> Program:
     log2 p' alpha + (p'-1)/p' N beta (+ 2 alpha + (n_odd + N) beta).  Uneven blocks, any p,
     IN_PLACE; no scratch, no packing.
     """
+    started = folded_allgather(call)
+    if isinstance(started, Program):
+        return started
+    fold, result, source, steps = started
     p, rank = call.p, call.rank
-    fold = _Fold(p, rank)
-    result, source = allgather_blocks(call)
-    own = result[rank]
-    if p == 1:
-        return one_rank(source, own)
-    steps = fold.builder(fold.rounds)
-    steps[0].copy(source, own)
-    if fold.sits_out:
-        return _sit_out(steps, rank - 1, source,
-                        *merge_adjacent((span(result, 0, rank), span(result, rank + 1, p))))
-    if fold.pairs:
-        steps[0].recv(rank + 1, result[rank + 1])
 
     def group(lo: int, hi: int) -> Region:
         """The blocks of new ranks lo..hi-1; this rank's alone straight from its input."""

@@ -27,11 +27,11 @@ from __future__ import annotations
 import functools
 
 from ..registry import Cost, register
-from ..schedule import (SCRATCH, SEND, Call, Program, Reduce, Region, allgather_blocks,
+from ..schedule import (SCRATCH, SEND, Call, Program, Reduce, Region,
                         merge_adjacent, one_rank, reduce_scatter_blocks, span, split)
 from .hypercube import (DOUBLING_ALLREDUCE_COST, RABENSEIFNER_COST, _FOLDED, _P, _ROUNDS, _Fold,
                         _doubling_allreduce, _folded_allreduce, _rabenseifner_allreduce,
-                        _sit_out)
+                        _sit_out, folded_allgather)
 
 _SOURCE = "Swing: Short-cutting Rings for Higher Bandwidth Allreduce (NSDI'24)"
 
@@ -205,19 +205,11 @@ def plan_swing_allgather(call: Call) -> Program:
     received per rank all blocks but its own; time log2 p' alpha + (p-1) n beta.  Uneven
     blocks, any p, IN_PLACE; no scratch; messages of several regions, packed.
     """
+    started = folded_allgather(call)
+    if isinstance(started, Program):
+        return started
+    fold, result, source, steps = started
     p, rank = call.p, call.rank
-    fold = _Fold(p, rank)
-    result, source = allgather_blocks(call)
-    own = result[rank]
-    if p == 1:
-        return one_rank(source, own)
-    steps = fold.builder(fold.rounds)
-    steps[0].copy(source, own)
-    if fold.sits_out:
-        return _sit_out(steps, rank - 1, source,
-                        *merge_adjacent((span(result, 0, rank), span(result, rank + 1, p))))
-    if fold.pairs:
-        steps[0].recv(rank + 1, result[rank + 1])
     for k in range(fold.rounds):
         s = fold.rounds - 1 - k
         peer = swing_peer(fold.new, s, fold.size)
