@@ -8,6 +8,9 @@
   and dragonfly zones.
 - :mod:`.replay`: every rank's program as simulated flows and computation, with paused nodes;
   :func:`~hpccoll.sim.replay.simulate`.
+- :mod:`.drive`: how the replay starts SimGrid's activities and hears of their end (tasks
+  fired from callbacks in SimGrid's own scheduler; a controller actor where transfers are
+  paused).
 - :mod:`.engine`: finding SimGrid (the ``sim`` extra, ``scripts/install-sim.sh``) and running
   each simulation in a process of its own.
 

@@ -10,6 +10,7 @@ sends back its result.
 from __future__ import annotations
 
 import ctypes
+import gc
 import glob
 import multiprocessing
 import os
@@ -77,6 +78,7 @@ def engine() -> Any:
 
 
 def _child(work: Callable[..., Any], args: tuple, pipe: Any) -> None:
+    gc.freeze()         # the parent's objects (the planned programs): no collector passes
     try:
         pipe.send(("ok", work(*args)))
     except BaseException as error:           # noqa: BLE001 -- sent to the parent, raised there

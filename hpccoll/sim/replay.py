@@ -21,14 +21,15 @@ experiment of "RAT - Resilient Allreduce Tree for Distributed Machine Learning";
 
 from __future__ import annotations
 
-import random
+import gc
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
 from ..collectives import spec
 from ..schedule import Copy, Program, Reduce, Step
-from . import engine, network
+from . import drive, engine, network
 from .platform import Platform
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
@@ -115,14 +116,15 @@ def _work(ops: Any, itemsize: int, platform: Platform) -> float:
     return seconds
 
 
-class _Run:
-    """One replay: the controller's state (see the module doc)."""
+class Ranks:
+    """The controller of one replay (see the module doc): every rank's progress through its
+    program; it starts activities through a driver (:mod:`hpccoll.sim.drive`) and is told of
+    their end by :meth:`done`."""
 
-    def __init__(self, sg: Any, simulation: Any, hosts: list, platform: Platform,
-                 progs: list[Program], itemsize: int, pause: Pause | None):
-        self.sg, self.simulation, self.hosts = sg, simulation, hosts
-        self.platform, self.progs = platform, progs
-        self.itemsize, self.pause = itemsize, pause
+    def __init__(self, driver: Any, simulation: Any, platform: Platform,
+                 progs: list[Program], itemsize: int):
+        self.driver, self.simulation = driver, simulation
+        self.platform, self.progs, self.itemsize = platform, progs, itemsize
         p = platform.ranks
         self.node = platform.topology.regions[0]
         self.step = [-1] * p
@@ -131,37 +133,19 @@ class _Run:
         # (src, dst, step) of a flow one side posted -> (1 send / 2 receive, the receive's
         # on_arrival work)
         self.posted: dict[tuple, tuple[int, float]] = {}
-        self.activities = sg.ActivitySet()
-        self.owner: dict[Any, tuple] = {}         # activity -> (kind, ranks, arrival work)
         self.barriers: dict[tuple[int, int], list[int]] = {}
-        self.paused: set[int] = set()
-        self.rng = random.Random(pause.seed if pause else 0)
         self.unfinished = p
+        self.transfers = 0
+        self.begun = simulation.clock
 
     def start(self) -> None:
         for rank in range(len(self.progs)):
             self.enter(rank)
 
-    # ---------------------------------------------------------------- activities
-    def _watch(self, activity: Any, kind: str, ranks: tuple, arrival_work: float = 0.0
-               ) -> None:
-        self.activities.push(activity)
-        self.owner[activity] = (kind, ranks, arrival_work)
-        if kind == "message" and self.node[ranks[0]] in self.paused:
-            activity.suspend()
-
     def compute(self, rank: int, seconds: float, kind: str = "work") -> None:
         if seconds > 0:
-            execution = self.sg.this_actor.exec_init(seconds * SPEED)
-            execution.host = self.hosts[rank]
-            execution.start()
-            self._watch(execution, kind, (rank,))
+            self.driver.compute(rank, seconds * SPEED, (kind, rank))
             self.pending[rank] += 1
-
-    def transfer(self, src: int, dst: int, count: int, arrival_work: float) -> None:
-        comm = self.sg.Comm.sendto_async(self.hosts[src], self.hosts[dst],
-                                         count * self.itemsize)
-        self._watch(comm, "message", (src, dst), arrival_work)
 
     # ---------------------------------------------------------------- ranks
     def enter(self, rank: int) -> None:
@@ -219,7 +203,9 @@ class _Run:
             self.posted[key] = (side, arrival_work)
             return
         work = arrival_work if side == 2 else other[1]
-        self.transfer(key[0], key[1], count, work)
+        self.transfers += 1
+        self.driver.transfer(key[0], key[1], count * self.itemsize,
+                             ("message", key[0], key[1], work))
 
     def barrier(self, rank: int, s: int) -> None:
         node = self.node[rank]
@@ -240,69 +226,69 @@ class _Run:
         if self.pending[rank] == 0:
             self.enter(rank)
 
-    def complete(self, activity: Any) -> None:
-        kind, ranks, arrival_work = self.owner.pop(activity)
-        if kind == "posting":
-            self.pending[ranks[0]] -= 1
-            self.begin(ranks[0])
+    def done(self, token: tuple) -> None:
+        """The activity ``token`` names has ended."""
+        if token[0] == "posting":
+            self.pending[token[1]] -= 1
+            self.begin(token[1])
             return
-        if kind == "work":
-            self.finished(ranks[0])
+        if token[0] == "work":
+            self.finished(token[1])
             return
-        src, dst = ranks
+        _, src, dst, arrival_work = token
         self.finished(src)
         self.compute(dst, arrival_work)     # the step goes on while there is arrival work
         self.finished(dst)
 
-    # ---------------------------------------------------------------- perturbation
-    def redraw(self) -> None:
-        nodes = sorted(set(self.node))
-        self.paused = set(self.rng.sample(nodes, min(self.pause.k, len(nodes))))
-        for activity, (kind, ranks, _) in self.owner.items():
-            if kind != "message":
-                continue
-            hold = self.node[ranks[0]] in self.paused
-            if hold and not activity.is_suspended:
-                activity.suspend()
-            elif not hold and activity.is_suspended:
-                activity.resume()
+    def seconds(self) -> float:
+        """The simulated time from the start to the last rank's end."""
+        if self.unfinished:
+            raise RuntimeError("replay deadlock: ranks wait for messages never sent "
+                               f"(steps {self.step})")
+        return max(self.done_at) - self.begun
 
-    def run(self) -> float:
-        """The controller's loop; the simulated time from start to the last rank's end."""
-        begin = self.simulation.clock
-        next_draw = begin
-        self.start()
-        while self.unfinished:
-            if self.pause is not None and self.simulation.clock >= next_draw - 1e-15:
-                self.redraw()
-                next_draw += self.pause.period
-            if self.activities.empty():
-                raise RuntimeError("replay deadlock: ranks wait for messages never sent "
-                                   f"(steps {self.step})")
-            if self.pause is None:
-                self.complete(self.activities.wait_any())
-                continue
-            try:
-                done = self.activities.wait_any_for(next_draw - self.simulation.clock)
-            except self.sg.TimeoutException:
-                done = None
-            if done is not None:
-                self.complete(done)
-        return max(self.done_at) - begin
+
+@dataclass(frozen=True)
+class Replayed:
+    """Simulated seconds of each job, the transfers simulated in all, and the wall seconds the
+    simulation took (building the platform in SimGrid and running every job)."""
+
+    times: list[float]
+    transfers: int
+    wall: float
+
+    @property
+    def rate(self) -> float:
+        """Simulated transfers per wall second."""
+        return self.transfers / self.wall if self.wall > 0 else 0.0
 
 
 def simulate(platform: Platform, jobs: list[tuple[str, str, int, int]],
              pause: Pause | None = None, flat: bool = False, options: tuple = ()
-             ) -> list[float]:
+             ) -> Replayed:
     """Simulated seconds of each job (collective, algorithm, nbytes, itemsize) on
     ``platform`` (schedules planned ``flat`` or not, with the planner ``options``:
     :func:`programs`), one after the other in one engine, in a child process."""
-    plans = [programs(c, a, platform, n, i, flat, options) for c, a, n, i in jobs]
-    return replay(platform, plans, [i for *_, i in jobs], pause)
+    return replay(platform, plan(platform, jobs, flat, options), [i for *_, i in jobs], pause)
+
+
+def plan(platform: Platform, jobs: list[tuple[str, str, int, int]], flat: bool = False,
+         options: tuple = ()) -> list[list[Program]]:
+    """:func:`programs` of each job (collective, algorithm, nbytes, itemsize), with Python's
+    cyclic garbage collector paused: planning makes millions of objects and no cycles, and the
+    collector's passes over them were most of the planning time at 1,024 ranks (30 of 41 s
+    for a ring allgather)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return [programs(c, a, platform, n, i, flat, options) for c, a, n, i in jobs]
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def replay(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
-           pause: Pause | None = None) -> list[float]:
+           pause: Pause | None = None) -> Replayed:
     """Simulated seconds of each planned job (every rank's program, the size of an element),
     one after the other in one engine, in a child process."""
     if pause is not None:
@@ -311,13 +297,18 @@ def replay(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
 
 
 def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
-              pause: Pause | None) -> list[float]:
+              pause: Pause | None) -> Replayed:
+    began = time.perf_counter()
     sg = engine.load()
     simulation = engine.engine()
     hosts = network.build(sg, simulation, platform, SPEED)
+    driver = drive.Actor(sg, simulation, hosts, pause) if pause is not None else \
+        drive.Tasks(sg, simulation, hosts)
     times: list[float] = []
+    transfers = 0
     for progs, itemsize in zip(plans, itemsizes):
-        run = _Run(sg, simulation, hosts, platform, progs, itemsize, pause)
-        hosts[0].add_actor("controller", lambda run=run: times.append(run.run()))
-        simulation.run()
-    return times
+        ranks = Ranks(driver, simulation, platform, progs, itemsize)
+        driver.run(ranks)
+        times.append(ranks.seconds())
+        transfers += ranks.transfers
+    return Replayed(times, transfers, time.perf_counter() - began)

@@ -132,20 +132,31 @@ def simulate(collective: str, names: list[str], target: Any, sizes: list[int], d
     model's prediction for the same schedules) of every algorithm at every size on
     ``target``, each planned once (``flat``, planner ``options``:
     :func:`hpccoll.sim.replay.programs`)."""
+    return measured(collective, names, target, sizes, dtype, pause, flat, options)[0]
+
+
+def measured(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
+             pause: Any = None, flat: bool = False, options: tuple = ()
+             ) -> tuple[list[Any], dict[str, float]]:
+    """:func:`simulate`'s results and the simulator's speed: planning seconds, simulation
+    seconds (building the platform and running every job), transfers simulated and their
+    rate per second of simulation."""
     import numpy as np
 
-    from ..sim.replay import programs, replay
+    from ..sim.replay import plan, replay
     from .results import Result
     itemsize = np.dtype(dtype).itemsize
     sizes = [s for s in sizes if s // itemsize > 0]
     jobs = [(size, name) for size in sizes for name in names]
-    plans = [programs(collective, name, target, size, itemsize, flat, options)
-             for size, name in jobs]
+    began = time.perf_counter()
+    plans = plan(target, [(collective, name, size, itemsize) for size, name in jobs], flat,
+                 options)
+    planning = time.perf_counter() - began
     predicted = [model(target, planned, itemsize) for planned in plans]
-    seconds = replay(target, plans, [itemsize] * len(plans), pause)
+    replayed = replay(target, plans, [itemsize] * len(plans), pause)
     c, p, results = spec(collective), target.ranks, []
     firsts: dict[int, float] = {}
-    for (size, name), t, m in zip(jobs, seconds, predicted):
+    for (size, name), t, m in zip(jobs, replayed.times, predicted):
         count = size // itemsize
         total = c.data_count(c.bench_call(p, 0, count, itemsize=itemsize)) * itemsize
         us = t * 1e6
@@ -153,7 +164,9 @@ def simulate(collective: str, names: list[str], target: Any, sizes: list[int], d
         algbw = total / us / 1e3
         results.append(Result(collective, name, p, dtype, size, count, 1, us, algbw,
                               algbw * c.busbw_factor(p), first / us, 0, model_us=m * 1e6))
-    return results
+    speed = {"planning_s": round(planning, 6), "simulation_s": round(replayed.wall, 6),
+             "transfers": replayed.transfers, "transfers_per_s": round(replayed.rate)}
+    return results, speed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,14 +189,16 @@ def run(args: argparse.Namespace) -> int:
         target = target.with_slow_links(*args.slow_links)
     names = algorithms_for(args.collective, args.algorithms, target)
     sizes = [args.bytes] if args.bytes is not None else size_range(args.sizes)
-    results = simulate(args.collective, names, target, sizes, args.dtype, args.pause,
-                       args.flat, tuple(args.options))
+    results, speed = measured(args.collective, names, target, sizes, args.dtype, args.pause,
+                              args.flat, tuple(args.options))
     c = spec(args.collective)
     notes = "".join(f", {k} {v}" for k, v in target.notes.items())
     print(f"# hpccoll simulate {args.collective}: {target.ranks} ranks on {args.platform}"
           f"{notes}, {args.dtype}, SimGrid {engine.version()} (CM02, max-min sharing)"
           + (", schedules planned topology-blind (--flat)" if args.flat else "")
           + "".join(f", {name}={value}" for name, value in args.options))
+    print(f"# {speed['transfers']:,} transfers simulated in {speed['simulation_s']:.2f} s "
+          f"({speed['transfers_per_s']:,} per second; planning {speed['planning_s']:.2f} s)")
     if args.pause is not None:
         print(f"# {args.pause.k} node(s) paused, re-drawn every {args.pause.period * 1e6:g} us "
               f"(seed {args.pause.seed})")
@@ -199,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                 "mpi": f"SimGrid {engine.version()} on {args.platform}",
                 "baseline": names[0], "platform": args.platform,
                 "pause": None if args.pause is None else vars(args.pause),
-                "options": dict(args.options),
+                "options": dict(args.options), "simulator": speed,
                 "host": host_platform.node(), "python": host_platform.python_version(),
                 "date": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_json(args.json, meta, results)

@@ -237,15 +237,21 @@ def test_every_link_slower_slows_every_transfer(simgrid):
 def test_every_algorithm_replays_to_its_end(simgrid, collective):
     """Every registered algorithm that applies, on an uneven 2 x 3 cluster: the replay ends
     (no rank waits for a message never sent; csc's node barriers meet), no faster than its
-    busiest link allows."""
+    busiest link allows, and in the same time under both drivers (SimGrid tasks fired from
+    callbacks; the controller actor that --pause needs, here pausing no node)."""
     p = build("cluster:nodes=2,ppn=3,fabric=switch")
     call_names = [a.name for a in registry.algorithms(collective) if a.name != registry.NATIVE]
     from hpccoll.collectives import spec
     call = spec(collective).uniform_call(6, 0, 1, topology=p.topology)
     names = [n for n in call_names if registry.get(collective, n).violated(call) is None]
     size = 1 << 20
-    for r in simulated(collective, names, "cluster:nodes=2,ppn=3,fabric=switch", [size]):
+    from hpccoll.sim.replay import Pause
+    spec_text = "cluster:nodes=2,ppn=3,fabric=switch"
+    tasks = simulated(collective, names, spec_text, [size])
+    actor = simulated(collective, names, spec_text, [size], pause=Pause(0, 1.0))
+    for r, a in zip(tasks, actor):
         assert r.time_us > size / 64e9 * 1e6 * (0.5 if collective == "bcast" else 0.2), r
+        assert r.time_us == pytest.approx(a.time_us, rel=1e-9), (r.algorithm, r, a)
 
 
 def test_native_and_unknown_algorithms_are_refused_before_simulating(simgrid):
@@ -280,6 +286,15 @@ def test_simulate_command_table_json_and_report(simgrid, tmp_path):
         big["ring"]["time_us"] / big["multiring"]["time_us"])
     assert big["multiring"]["vs_native"] > 3            # 7 links at once against one
     assert float(rows[-1][2]) == pytest.approx(big["multiring"]["time_us"], rel=1e-3)
+    from hpccoll.sim.replay import programs
+    flows = sum(len({send.peer for send in step.sends})       # a step's sends to one peer
+                for name in ("ring", "multiring") for size in (1024, 16384, 262144, 4194304)
+                for prog in programs("allgather", name, build("fullmesh:n=8"), size, 4)
+                for step in prog.steps)
+    speed = run["meta"]["simulator"]
+    assert speed["transfers"] == flows and speed["simulation_s"] > 0
+    assert speed["transfers_per_s"] == pytest.approx(flows / speed["simulation_s"], rel=0.01)
+    assert f"# {flows:,} transfers simulated in " in done.stdout
     report = hpccoll("report", str(out))
     assert report.returncode == 0 and "| size | ring (us) | multiring | best |" in report.stdout
 
