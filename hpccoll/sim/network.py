@@ -36,6 +36,53 @@ def _routes(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
     return hosts
 
 
+def _nodes(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
+    """A zone per node (its ranks' hosts, a gateway host, the routes among them and between
+    each rank and the gateway) under a star zone of no links: a route between nodes is the
+    source's link out of its node and the destination's link in (``Platform.route`` gives
+    exactly these two), so SimGrid holds the routes of each node, not of every rank pair."""
+    root = simulation.netzone_root.add_netzone_star("machine")
+    node_of = platform.topology.regions[0]
+    members: dict[int, list[int]] = {}
+    for rank, node in enumerate(node_of):
+        members.setdefault(node, []).append(rank)
+    hosts: list = [None] * platform.ranks
+    made: dict[int, Any] = {}
+
+    def links(zone: Any, indices: list[int]) -> list:
+        for i in indices:
+            if i not in made:
+                l = platform.links[i]
+                made[i] = zone.add_link(l.name, l.bandwidth).set_latency(l.latency).seal()
+        return [sg.LinkInRoute(made[i]) for i in indices]
+
+    elsewhere = {node: next((r for r in range(platform.ranks) if node_of[r] != node), None)
+                 for node in members}
+    for node, ranks in members.items():
+        zone = root.add_netzone_full(f"node{node}")
+        for r in ranks:
+            hosts[r] = zone.add_host(f"rank{r}", speed).seal()
+        gateway = zone.add_host(f"node{node}.gateway", speed).seal()   # runs nothing
+        for a in ranks:
+            for b in ranks:
+                if a != b:
+                    zone.add_route(hosts[a], hosts[b], links(zone, platform.route(a, b)), False)
+        other = elsewhere[node]
+        if other is not None:
+            for r in ranks:
+                out, into = platform.route(r, other), platform.route(other, r)
+                if len(out) != 2 or len(into) != 2:
+                    raise RuntimeError(f"{platform.spec}: a route between nodes is not one "
+                                       "link out of a node and one in")
+                zone.add_route(hosts[r], gateway, links(zone, out[:1]), False)
+                zone.add_route(gateway, hosts[r], links(zone, into[1:]), False)
+        zone.set_gateway(gateway)
+        zone.seal()
+        root.add_route(zone, None, [], True)
+    root.seal()
+    return hosts
+
+
 def _zone(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
     network = platform.network
     root = simulation.netzone_root
@@ -76,4 +123,4 @@ def _retune(simulation: Any, platform: Platform) -> None:
         link.set_latency(wanted.latency)
 
 
-_BUILDERS = {"routes": _routes, "torus": _zone, "dragonfly": _zone}
+_BUILDERS = {"routes": _routes, "nodes": _nodes, "torus": _zone, "dragonfly": _zone}

@@ -233,7 +233,7 @@ def _cluster(spec: str, v: dict) -> Platform:
     return Platform(spec, links.links, route,
                     Topology.from_levels(node=[r // ppn for r in range(nodes * ppn)]),
                     _machine(spec, v, intra, ModelLink(v["nic_lat"], v["nic"], False)),
-                    {"GPUs per NIC": f"{ppn / min(nics, ppn):g}"})
+                    {"GPUs per NIC": f"{ppn / min(nics, ppn):g}"}, Network("nodes"))
 
 
 def _host_links(links: _Links, hosts: int, bw: float, lat: float

@@ -170,7 +170,9 @@ def _routes_in_simgrid(platform):
 
 
 @pytest.mark.parametrize("spec", ["torus:dims=4x3", "torus:dims=5x2x2", "mesh:dims=4x3",
-                                  "dragonfly:groups=3,routers=3,hosts=2"])
+                                  "dragonfly:groups=3,routers=3,hosts=2",
+                                  "cluster:nodes=3,ppn=4,nics=2",
+                                  "cluster:nodes=2,ppn=3,fabric=switch,nics=1"])
 def test_simgrid_routes_are_the_platforms(simgrid, spec):
     p = build(spec)
     routes = engine.in_child(_routes_in_simgrid, p)
@@ -184,6 +186,22 @@ def test_simgrid_routes_are_the_platforms(simgrid, spec):
             want = [n.rsplit("_", 2)[0] + f"_{int(n.rsplit('_', 2)[1]) + shift}_" +
                     n.rsplit("_", 1)[1] for n in want]
         assert names == want, (a, b)
+
+
+def test_node_zones_give_the_times_of_explicit_routes(simgrid):
+    """cluster is built as a zone per node under a star (routes per node, not per rank pair):
+    with shared NICs, where flows meet, every time equals the one of the full table of routes
+    of every rank pair."""
+    from dataclasses import replace
+
+    from hpccoll.sim.platform import Network
+    zoned = build("cluster:nodes=3,ppn=4,nics=2")
+    assert zoned.network.zone == "nodes"
+    explicit = replace(zoned, network=Network())
+    names = ["ring", "rat", "recursive_doubling"]
+    for a, b in zip(simulated("allreduce", names, zoned, 1 << 20),
+                    simulated("allreduce", names, explicit, 1 << 20)):
+        assert a.time_us == pytest.approx(b.time_us, rel=1e-12), (a.algorithm, a, b)
 
 
 @pytest.mark.parametrize("spec, collective, algorithm", [
