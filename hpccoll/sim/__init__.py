@@ -4,8 +4,10 @@
   switch, cluster, spineleaf, fattree, torus, mesh, dragonfly; declared once in its
   ``KINDS`` table): links, routes, the topology the planners see and the cost model's machine
   of the same links.
-- :mod:`.network`: a platform built in SimGrid, as explicit routes or as SimGrid's own torus
-  and dragonfly zones.
+- :mod:`.parts`: what platforms are made of (units, links, the :class:`~hpccoll.sim.parts.
+  Platform` record); :mod:`.grids`: the torus, mesh and dragonfly kinds.
+- :mod:`.network`: a platform built in SimGrid, as explicit routes, a zone per node, or SimGrid's
+  own torus and dragonfly zones.
 - :mod:`.replay`: every rank's program as simulated flows and computation, with paused nodes;
   :func:`~hpccoll.sim.replay.simulate`.
 - :mod:`.drive`: how the replay starts SimGrid's activities and hears of their end (tasks

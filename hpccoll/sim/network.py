@@ -1,7 +1,8 @@
 """A :class:`~hpccoll.sim.platform.Platform` built in SimGrid: hosts, links and routing.
 
 ``routes``: a full zone with one host per rank and the platform's route of every ordered
-pair (any machine, but a table of p^2 routes).  ``torus`` and ``dragonfly``: SimGrid's own
+pair (any machine, but a table of p^2 routes).  ``nodes`` (cluster): a zone per node with its
+own routes under a star zone that joins the nodes' gateways.  ``torus`` and ``dragonfly``: SimGrid's own
 cluster zones, which compute a route when asked (built in a fraction of a second at
 thousands of ranks); the platform's links mirror theirs by name, so the links a platform
 retunes (slow ranks and links, a dragonfly's local and global speeds) are set on them after
@@ -13,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .platform import GRID_ZONE, Platform
+from .grids import GRID_ZONE
+from .parts import Platform
 
 
 def build(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
