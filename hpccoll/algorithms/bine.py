@@ -13,16 +13,39 @@ ranks and most bytes stay in them.
 
 Any p: the tree is cut to p consecutive integers around 0 that hold every member's parent
 (such a range exists for every p; the highest one that keeps all the root's children is
-taken), and integer x is the relative rank x mod p.  For p a power of two it is the whole tree, mod p.  Cost notation as
-in :mod:`hpccoll.algorithms.tree`.
+taken), and integer x is the relative rank x mod p.  For p a power of two it is the whole
+tree, mod p.
+
+Butterflies (allgather, reduce-scatter, allreduce, alltoall): every rank is the root of a
+Bine tree at once, rank b's tree being the one above moved to b: x -> x + b for even b,
+x -> b - x (mirrored) for odd b.  A node x sends to its parent, in the reduce's step
+L(x) - 1, the rank x + rho(L(x) - 1) for even x and x - rho(L(x) - 1) for odd x, so in step
+u every rank of every tree talks to the same peer, r +/- rho(u), the Swing peer of
+:mod:`hpccoll.algorithms.swing` (for even p, as moving by an even offset and mirroring keep
+parities mod p).  A reduce-scatter runs the p trees' reduces together: in step u (nearest
+peer first) rank r sends its peer the partial sums of the blocks b whose tree holds r at a
+node with L = u + 1, one message; an allgather runs the p broadcasts (the same sets, in
+reverse step order and direction); an allreduce is the one then the other.  Rank r plays
+every node of the tree once (one per block), so it sends p - 1 blocks in each half, in
+ceil(log2 p) steps, for any even p: the paper's construction for non-powers of two, without
+the fold that Swing's and Rabenseifner's need.  Odd p has none (the peers r +/- rho(u) mod p
+are no pairing there): these require p even.  For p a power of two the butterflies are
+Swing's, and the allreduce places blocks by Swing position so that every message is one
+region; the all-to-all is the hypercube all-to-all over those positions (p a power of two, as
+the paper's).  Cost notation as in :mod:`hpccoll.algorithms.tree` (the butterflies' n as in
+:mod:`hpccoll.algorithms.ring`).
 """
 
 from __future__ import annotations
 
 import functools
 
-from ..registry import Cost, register
-from ..schedule import SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, one_rank
+from ..registry import POWER_OF_TWO, Constraint, Cost, register
+from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region,
+                        allgather_blocks, allgather_from_input, allreduce_vectors, alltoall_blocks,
+                        even_split, merge_adjacent, one_rank, reduce_scatter_blocks, split)
+from .hypercube import HYPERCUBE_ALLTOALL_COST
+from .swing import reached, rho, swing_peer, swing_positions
 from .tree import _accumulator, _from_root, _relative, _rounds
 
 _SOURCE = "Bine Trees: Enhancing Collective Operations by Optimizing Communication Locality (SC'25)"
@@ -122,3 +145,202 @@ def plan_bine_reduce(call: Call) -> Program:
     if up is not None:
         plan[last - up[1]].send(up[0], partial)
     return _from_root(call, plan.program(at + n if children else 0))
+
+
+# ------------------------------------------------------------------------------ butterflies
+
+EVEN = Constraint("p is 1 or even", lambda c: c.p == 1 or c.p % 2 == 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def butterfly_sets(p: int, rank: int) -> tuple[tuple[tuple[int, ...], ...],
+                                                tuple[tuple[int, ...], ...]]:
+    """For p even: per step u of a Bine reduce-scatter, the blocks ``rank`` sends its peer
+    swing_peer(rank, u, p) (those whose tree holds it at a node x with L(x) = u + 1) and the
+    blocks it receives from that peer (those whose tree holds it at a node with a step-u child:
+    x + rho(u) for even x, x - rho(u) for odd, inside the tree).  An allgather's step
+    d - 1 - u has them the other way round."""
+    if p % 2:
+        raise ValueError(f"Bine butterflies need p even, got p={p}")
+    start, links = bine_tree(p)
+    d = _rounds(p)
+    sends, recvs = [[] for _ in range(d)], [[] for _ in range(d)]
+    for b in range(p):
+        x = ((rank - b if b % 2 == 0 else b - rank) - start) % p + start
+        run = d - links[x][1] if x else d
+        if x:
+            sends[run - 1].append(b)
+        for u in range(run - 1 if x else d):
+            if start <= (x + rho(u) if x % 2 == 0 else x - rho(u)) < start + p:
+                recvs[u].append(b)
+    return tuple(map(tuple, sends)), tuple(map(tuple, recvs))
+
+
+def _regions(held: list[Region], chosen: tuple[int, ...], order: list[Region]) -> tuple:
+    """``held``'s regions of the blocks ``chosen``, in the order of ``order``'s offsets (the
+    same on every rank), adjacent ones fused."""
+    return merge_adjacent(held[b] for b in sorted(chosen, key=lambda b: order[b].offset))
+
+
+def _add_reduce(ops: list[Reduce], op: Reduce) -> None:
+    """Append ``op`` to ``ops``, fused with the last one when each of its regions continues
+    the last one's."""
+    if ops and all(a.buffer == b.buffer and a.stop == b.offset
+                   for a, b in zip((ops[-1].dst, *ops[-1].srcs), (op.dst, *op.srcs))):
+        last = ops[-1]
+        ops[-1] = Reduce(Region(last.dst.buffer, last.dst.offset, last.dst.count + op.dst.count),
+                         tuple(Region(a.buffer, a.offset, a.count + b.count)
+                               for a, b in zip(last.srcs, op.srcs)))
+    else:
+        ops.append(op)
+
+
+def _reduce_scatter(p: int, rank: int, held: list[Region], partial: list[Region],
+                    result: Region, steps: ProgramBuilder, landing: int) -> int:
+    """The Bine reduce-scatter in steps 0..d-1: block b starts in ``held[b]``, sums accumulate
+    in ``partial[b]`` (the layout, the same on every rank, that orders a message's blocks),
+    this rank's own block's in ``result``; arrivals land in scratch from ``landing``.
+    Returns the scratch used."""
+    held, end = list(held), landing
+    sends, recvs = butterfly_sets(p, rank)
+    for u in range(len(sends)):
+        peer = swing_peer(rank, u, p)
+        steps[u].send(peer, *_regions(held, sends[u], partial))
+        at, ops = landing, []
+        for b in sorted(recvs[u], key=lambda b: partial[b].offset):
+            held[b], was = (result if b == rank else partial[b]), held[b]
+            _add_reduce(ops, Reduce(held[b], (was, Region(SCRATCH, at, held[b].count))))
+            at += held[b].count
+        steps[u].recv(peer, Region(SCRATCH, landing, at - landing), on_arrival=ops)
+        end = max(end, at)
+    return end
+
+
+def _allgather(p: int, rank: int, result: list[Region], steps: ProgramBuilder,
+               first: int) -> None:
+    """The Bine allgather of the blocks ``result`` in steps first..first+d-1."""
+    sends, recvs = butterfly_sets(p, rank)
+    d = len(sends)
+    for k in range(d):
+        u = d - 1 - k
+        steps[first + k].send(swing_peer(rank, u, p), *_regions(result, recvs[u], result))
+        steps[first + k].recv(swing_peer(rank, u, p), *_regions(result, sends[u], result))
+
+
+@register("reduce_scatter", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+          cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)n(β + γ)"))
+def plan_bine_reduce_scatter(call: Call) -> Program:
+    """Bine reduce-scatter: the p Bine trees' reduces at once; in step u (peer r +/- rho(u),
+    nearest first) each rank sends its peer the partial sums of the blocks it holds at
+    L = u + 1 nodes, and reduces what arrives.
+
+    Rounds ceil(log2 p); bytes sent per rank (p-1) n, each block once; time
+    ceil(log2 p) alpha + (p-1) n (beta + gamma).  Uneven recvcounts; p even (or 1), without a
+    fold.  A step's blocks are not contiguous: its message is several regions, packed.
+    Scratch: the partial sums (the vector) and the largest step's arrivals.
+    """
+    held, result = reduce_scatter_blocks(call)
+    p, rank, counts = call.p, call.rank, call.counts
+    if p == 1:
+        return one_rank(held[0], result)
+    steps = ProgramBuilder(_rounds(p))
+    partial = split(Region(SCRATCH, 0, sum(counts)), counts)
+    return steps.program(_reduce_scatter(p, rank, held, partial, result, steps, sum(counts)))
+
+
+@register("allgather", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+          cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)nβ"))
+def plan_bine_allgather(call: Call) -> Program:
+    """Bine allgather: the p Bine trees' broadcasts at once, the reduce-scatter's mirror: in
+    step k (peer r +/- rho(d-1-k), farthest first) each rank sends its peer the blocks the
+    peer's nodes get in that step.
+
+    Rounds ceil(log2 p); bytes sent and received per rank (p-1) n; time ceil(log2 p) alpha
+    + (p-1) n beta.  Uneven blocks, IN_PLACE; p even (or 1), without a fold.  No scratch;
+    messages of several regions, packed.
+    """
+    result, source = allgather_blocks(call)
+    if call.p == 1:
+        return one_rank(source, result[0])
+    steps = ProgramBuilder(_rounds(call.p))
+    _allgather(call.p, call.rank, result, steps, 0)
+    return allgather_from_input(call, steps.program())
+
+
+@register("allreduce", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+          cost=Cost("2 * ceil(log2(p))", "2 * n * (p - 1) / p",
+                    "2⌈log₂p⌉α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
+def plan_bine_allreduce(call: Call) -> Program:
+    """Bine allreduce, bandwidth-optimal: the Bine reduce-scatter of p even blocks of the
+    vector, accumulated in the receive buffer, then the Bine allgather of the reduced blocks.
+
+    Rounds 2 ceil(log2 p); bytes sent per rank 2(p-1)/p n; time 2 ceil(log2 p) alpha
+    + 2(p-1)/p n beta + (p-1)/p n gamma.  p even (or 1), IN_PLACE; for p a power of two rank
+    b's block is the one at its Swing position (every message one region, Swing's allreduce),
+    else block b.  Scratch: the largest step's arrivals (n/2 for a power of two).
+    """
+    source, result = allreduce_vectors(call)
+    p, rank = call.p, call.rank
+    if p == 1 or not result.count:
+        return one_rank(source, result)
+    counts = even_split(result.count, p)
+    order = swing_positions(p) if p & (p - 1) == 0 else range(p)
+    into, out = split(source, counts), split(result, counts)
+    held, blocks = [into[order[b]] for b in range(p)], [out[order[b]] for b in range(p)]
+    steps = ProgramBuilder(2 * _rounds(p))
+    scratch = _reduce_scatter(p, rank, held, blocks, blocks[rank], steps, 0)
+    _allgather(p, rank, blocks, steps, _rounds(p))
+    return steps.program(scratch)
+
+
+@functools.lru_cache(maxsize=4096)
+def gathered(size: int, rank: int, steps: int) -> tuple[int, ...]:
+    """The ranks whose data reaches ``rank`` (``size`` a power of two) through Swing steps
+    0..``steps``-1 (in that order): 2^steps of them."""
+    if not steps:
+        return (rank,)
+    peer = swing_peer(rank, steps - 1, size)
+    return tuple(sorted(gathered(size, rank, steps - 1) + gathered(size, peer, steps - 1)))
+
+
+@register("alltoall", "bine", family="bine", source=_SOURCE, requires=(POWER_OF_TWO,),
+          auto=False, cost=HYPERCUBE_ALLTOALL_COST)
+def plan_bine_alltoall(call: Call) -> Program:
+    """Bine all-to-all: a butterfly over Swing's peers; in step s each rank sends its peer
+    r +/- rho(s) (nearest first), in one message, every block it holds bound for the ranks
+    the peer reaches by the later steps, and keeps those bound for its own.
+
+    Rounds log2 p; bytes sent per rank n p/2 per round; time log2 p (alpha + n p/2 beta)
+    plus packing, as the hypercube all-to-all's, with peers about a third as far.  p a
+    power of two.  Before step s a rank holds the blocks from the ranks that reach it by steps
+    0..s-1 to those it reaches by steps s..: a block bound for it lands in place, any other in
+    a scratch slot freed by an earlier step's send (scratch p n at most).
+    """
+    p, rank, n = call.p, call.rank, call.counts[0]
+    if p & (p - 1):
+        raise ValueError(f"Bine all-to-all needs p a power of two, got p={p}")
+    mine, result = alltoall_blocks(call)
+    if p == 1:
+        return one_rank(mine[0], result[0])
+    where = {(rank, dst): mine[dst] for dst in range(p)}
+    slots, free = 0, []
+    steps = ProgramBuilder(p.bit_length() - 1)
+    steps.first().copy(where.pop((rank, rank)), result[rank])
+    for s, step in enumerate(steps.steps):
+        peer = swing_peer(rank, s, p)
+        sent = [where.pop((src, dst)) for dst in reached(p, peer, s + 1)
+                for src in gathered(p, rank, s)]
+        step.send(peer, *merge_adjacent(sent))
+        landing = []
+        for dst in reached(p, rank, s + 1):
+            for src in gathered(p, peer, s):
+                if dst == rank:
+                    where[src, dst] = result[src]
+                elif free:
+                    where[src, dst] = free.pop(0)
+                else:
+                    where[src, dst], slots = Region(SCRATCH, slots * n, n), slots + 1
+                landing.append(where[src, dst])
+        step.recv(peer, *merge_adjacent(landing))
+        free += [r for r in sent if r.buffer == SCRATCH]
+    return steps.program(slots * n)

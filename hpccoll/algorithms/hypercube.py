@@ -59,8 +59,11 @@ def relay_program(n: int, rounds: list[list[Channel]], source: list[Region],
     return steps.program(scratch=len(slot) * n)
 
 
+HYPERCUBE_ALLTOALL_COST = Cost("log2(p)", "n * p * log2(p) / 2", "log2 p (α + n·p/2·β)")
+
+
 @register("alltoall", "hypercube", family="hypercube", requires=(POWER_OF_TWO,),
-          source="All-to-all (parallel pattern)", cost=Cost("log2(p)", "n * p * log2(p) / 2", "log2 p (α + n·p/2·β)"))
+          source="All-to-all (parallel pattern)", cost=HYPERCUBE_ALLTOALL_COST)
 def plan_hypercube_alltoall(call: Call) -> Program:
     """Hypercube all-to-all: in round k each rank sends its partner rank XOR 2^k, in one
     message, every block it holds that is bound for the partner's half of the sub-cube.

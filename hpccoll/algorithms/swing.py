@@ -67,6 +67,12 @@ def swing_position(size: int, rank: int) -> int:
                > reached(size, swing_peer(rank, s, size), s + 1)[0])
 
 
+@functools.lru_cache(maxsize=64)
+def swing_positions(size: int) -> tuple[int, ...]:
+    """Every rank's :func:`swing_position` among ``size`` (a power of two)."""
+    return tuple(swing_position(size, r) for r in range(size))
+
+
 def swing_pairs(p: int) -> int:
     """The most folded pairs' blocks one pair survivor sends in a Swing allgather: over the
     survivors j < r (standing for two ranks), the pairs among the sets it sends, summed over

@@ -1,7 +1,9 @@
-"""Swing, Bine trees, PAT and Bruck's allgather against the native MPI collectives at 5-8
-ranks (test_mpi_collectives.py and test_mpi_rooted.py run every registered algorithm, these
-included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the ops, sizes 0 and
-odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block (options)."""
+"""Swing, Bine trees and butterflies, PAT and Bruck's allgather against the native MPI
+collectives at 5-8 ranks (test_mpi_collectives.py and test_mpi_rooted.py run every registered
+algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the
+ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
+(options).  The Bine butterflies run where p is even (the all-to-all where it is a power of
+two)."""
 
 from __future__ import annotations
 
@@ -14,17 +16,34 @@ RANKS = [5, 6, 7, 8]
 SIZES = [0, 1, 7, 1000]
 OP_DTYPES = ["float16", "float64", "int8", "uint32", "complex64"]
 # every variant of each algorithm: (name, options)
-ALLGATHER = [("bruck", {}), ("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {})]
-REDUCE_SCATTER = [("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {})]
-ALLREDUCE = [("swing", {}), ("swing_latency", {})]
+ALLGATHER = [("bruck", {}), ("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {}),
+             ("bine", {})]
+REDUCE_SCATTER = [("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {}), ("bine", {})]
+ALLREDUCE = [("swing", {}), ("swing_latency", {}), ("bine", {})]
+
+
+def serves(collective, name, p):
+    """Whether ``name`` serves ``collective`` at p ranks (its declared constraints)."""
+    from hpccoll import registry
+    from hpccoll.collectives import uniform_call
+    return registry.get(collective, name).violated(uniform_call(collective, p, 0, 1)) is None
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_allgather_matches_native(mpi_ranks, comm):
+def test_allgather_and_alltoall_match_native(mpi_ranks, comm):
     import hpccoll
     from mpi4py import MPI
     p, r = comm.size, comm.rank
+    for n in SIZES if serves("alltoall", "bine", p) else ():
+        send = data(r, n * p, "float64")
+        want = np.zeros(n * p)
+        comm.Alltoall(send, want)
+        got = np.zeros(n * p)
+        hpccoll.alltoall(comm, send, got, algorithm="bine")
+        check(got, want, f"alltoall bine n={n}")
     for name, options in ALLGATHER:
+        if not serves("allgather", name, p):
+            continue
         for dtype in DTYPES:
             for n in SIZES:
                 send = data(r, n, dtype)
@@ -51,6 +70,8 @@ def test_reduce_scatter_matches_native(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank
     for name, options in REDUCE_SCATTER:
+        if not serves("reduce_scatter", name, p):
+            continue
         for dtype in OP_DTYPES:
             for op in ops_for(dtype):
                 for n in SIZES:
@@ -75,8 +96,10 @@ def test_reduce_scatter_matches_native(mpi_ranks, comm):
 def test_allreduce_matches_native(mpi_ranks, comm):
     import hpccoll
     from mpi4py import MPI
-    r = comm.rank
+    p, r = comm.size, comm.rank
     for name, options in ALLREDUCE:
+        if not serves("allreduce", name, p):
+            continue
         for dtype in OP_DTYPES:
             for op in ops_for(dtype):
                 for n in SIZES:

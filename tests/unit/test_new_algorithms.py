@@ -1,6 +1,6 @@
-"""Swing, Bine trees, PAT and Bruck's allgather: the verifier's sweep past test_verify's
-(every p to 64; p = 1,024 for the latency-bound ones), their peers and trees as the papers
-define them, PAT's message and buffer bounds, and auto never picking them."""
+"""Swing, Bine trees and butterflies, PAT and Bruck's allgather: the verifier's sweep past
+test_verify's (every p to 64; p = 1,024 for the latency-bound ones), their peers and trees as
+the papers define them, PAT's message and buffer bounds, and auto never picking them."""
 
 from __future__ import annotations
 
@@ -9,21 +9,24 @@ from dataclasses import replace
 import pytest
 
 from hpccoll import costmodel, registry, verify
-from hpccoll.algorithms.bine import bine_tree, negabinary
+from hpccoll.algorithms.bine import bine_tree, butterfly_sets, gathered, negabinary
 from hpccoll.algorithms.pat import pat_rounds
 from hpccoll.algorithms.swing import reached, rho, swing_peer, swing_position
 from hpccoll.collectives import uniform_call
 
 NEW = [("allgather", "bruck"), ("allgather", "pat"), ("reduce_scatter", "pat"),
        ("allreduce", "swing"), ("allreduce", "swing_latency"), ("reduce_scatter", "swing"),
-       ("allgather", "swing"), ("bcast", "bine"), ("reduce", "bine")]
+       ("allgather", "swing"), ("bcast", "bine"), ("reduce", "bine"), ("allgather", "bine"),
+       ("reduce_scatter", "bine"), ("allreduce", "bine"), ("alltoall", "bine")]
 IDS = [f"{c}-{n}" for c, n in NEW]
 
 
 @pytest.mark.parametrize("collective,name", NEW, ids=IDS)
 def test_verified_to_64_ranks(collective, name):
+    algorithm = registry.get(collective, name)
     for p in range(34, 65):         # test_verify covers 1..33 and powers of two to 256
-        assert verify.check_algorithm(collective, name, p)
+        assert verify.check_algorithm(collective, name, p) or \
+            algorithm.violated(uniform_call(collective, p, 0, 1)) is not None
 
 
 @pytest.mark.parametrize("collective,name", [("allreduce", "swing"), ("bcast", "bine"),
@@ -35,7 +38,7 @@ def test_verified_at_1024_ranks(collective, name):
 def test_new_algorithms_are_registered_but_not_for_auto():
     for collective, name in NEW:
         assert not registry.get(collective, name).auto
-    for collective in ("allgather", "reduce_scatter", "allreduce", "bcast", "reduce"):
+    for collective in ("allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "alltoall"):
         for p in (3, 8):
             for n in (1, 4096):
                 picked, _ = costmodel.best(uniform_call(collective, p, 0, n))
@@ -80,6 +83,47 @@ def test_bine_tree_is_the_negabinary_tree():
         start, links = bine_tree(p)
         assert len(links) == p - 1 and all(start <= parent < start + p
                                            for parent, _ in links.values())
+
+
+@pytest.mark.parametrize("p", [2, 6, 10, 12, 22, 24, 40, 64, 100])
+def test_bine_butterflies_pair_swing_peers_and_send_each_block_once(p):
+    for rank in range(p):
+        sends, recvs = butterfly_sets(p, rank)
+        assert len(sends) == (p - 1).bit_length()
+        sent = [b for blocks in sends for b in blocks]
+        assert sorted(sent) == [b for b in range(p) if b != rank]      # each block once
+        for u, blocks in enumerate(recvs):
+            peer = swing_peer(rank, u, p)
+            assert swing_peer(peer, u, p) == rank
+            assert blocks == butterfly_sets(p, peer)[0][u]           # what the peer sends
+        if p & (p - 1) == 0:                                         # Swing's sets
+            assert all(recvs[u] == reached(p, rank, u + 1) and
+                       sends[u] == reached(p, swing_peer(rank, u, p), u + 1)
+                       for u in range(len(sends)))
+            assert all(len(gathered(p, rank, s)) == 1 << s for s in range(len(sends) + 1))
+
+
+def test_bine_butterflies_declare_their_rank_counts():
+    for collective, fine, refused, why in [("allgather", 6, 7, "p is 1 or even"),
+                                           ("reduce_scatter", 10, 9, "p is 1 or even"),
+                                           ("allreduce", 2, 3, "p is 1 or even"),
+                                           ("alltoall", 8, 12, "p is a power of two")]:
+        algorithm = registry.get(collective, "bine")
+        assert algorithm.violated(uniform_call(collective, fine, 0, 4)) is None
+        assert algorithm.violated(uniform_call(collective, refused, 0, 4)) == why
+        with pytest.raises(ValueError, match="Bine"):
+            algorithm.planner(uniform_call(collective, refused, 0, 4))
+
+
+def test_bine_allreduce_on_a_power_of_two_is_swings_with_one_region_messages():
+    for p in (8, 32):
+        for rank in range(p):
+            call = uniform_call("allreduce", p, rank, 3 * p)
+            bine, swing = (registry.get("allreduce", name).planner(call)
+                           for name in ("bine", "swing"))
+            assert [[(x.peer, x.regions) for x in st.sends] for st in bine.steps] == \
+                [[(x.peer, x.regions) for x in st.sends] for st in swing.steps]
+            assert all(len(x.regions) == 1 for st in bine.steps for x in st.sends)
 
 
 def test_pat_reverses_bruck_and_caps_messages():
