@@ -142,7 +142,7 @@ def _array(buf: Any, name: str, writable: bool) -> Any:
     """The checked array hpccoll works on for the user's ``buf`` (:func:`buffers.adapt`)."""
     array = buffers.adapt(buf, name)
     if buffers.kind(array) == buffers.DEVICE:
-        buffers.check_device(buf, name)
+        buffers.check_device(buf, name, writable=writable)
     buffers.check_array(array, name, writable=writable)
     return array
 

@@ -43,7 +43,7 @@ class _Buffer(NamedTuple):
 
 def _is_buffer(obj: Any) -> bool:
     if isinstance(obj, np.ndarray) or hasattr(obj, "__dlpack__") or \
-            hasattr(obj, "__cuda_array_interface__"):
+            buffers.device.cuda_interface(obj) is not None:
         return True
     try:
         memoryview(obj)
@@ -124,6 +124,8 @@ def _flat(buf: Any, writable: bool) -> Any:
             raise NotRun(f"a {type(buf).__name__} with a CUDA array interface and no CUDA "
                          "driver here, so not GPU memory: MPI takes its pointer, as mpi4py "
                          "does")
+        if writable and buffers.device.read_only(buf):
+            raise NotRun("a read-only buffer where MPI writes")
         array = buffers.adapt(buf, "buffer")
         if not buffers.device.contiguous(array):
             raise NotRun("a non-contiguous device buffer")

@@ -12,6 +12,7 @@ library is GPU-aware, otherwise through pinned host copies (see :func:`gpu_aware
 from __future__ import annotations
 
 import ctypes
+import logging
 import weakref
 from functools import lru_cache
 from typing import Any, Callable
@@ -21,9 +22,12 @@ from mpi4py import MPI
 
 from .. import settings
 from ..collectives import SUPPORTED_DTYPES
-from . import device, kernels
+from . import device, kernels, pool
 
 HOST, DEVICE = "host", "device"
+log = logging.getLogger("hpccoll")
+# how device buffers reach MPI, as the log says it (gpu_aware)
+DIRECT, STAGED = "go to MPI as they are", "are staged through pinned host memory"
 
 
 # the MPI op of each reduction hpccoll runs (SUM for "sum", ...)
@@ -70,7 +74,7 @@ def key(buf: Any) -> tuple | None:
     if device.is_numba_array(buf):
         return (type(buf), buf.dtype, buf.shape, device.contiguous(buf),
                 device.current_device())
-    interface = getattr(buf, "__cuda_array_interface__", None)
+    interface = device.cuda_interface(buf)
     if interface is None:
         return None
     return (type(buf), interface["typestr"], tuple(interface["shape"]),
@@ -94,9 +98,12 @@ def check_array(buf: Any, name: str, *, writable: bool) -> None:
                          "(e.g. cupy.ascontiguousarray(...), tensor.contiguous())")
 
 
-def check_device(raw: Any, name: str) -> None:
-    """ValueError if the GPU memory ``raw`` is on another device than the current one (on
-    which hpccoll allocates and launches its kernels)."""
+def check_device(raw: Any, name: str, *, writable: bool) -> None:
+    """ValueError if the GPU memory ``raw`` (the user's object) is on another device than
+    the current one (on which hpccoll allocates and launches its kernels), or read-only (its
+    ``__cuda_array_interface__`` says so) where the collective writes it."""
+    if writable and device.read_only(raw):
+        raise ValueError(f"{name} is read-only (its __cuda_array_interface__ says so)")
     where, current = device.device_id(raw), device.current_device()
     if where != current:
         raise ValueError(f"{name} is on GPU {where} but the current device is GPU {current}: "
@@ -117,8 +124,7 @@ def borrowed(buf: Any) -> Any:
     view = flat(buf)
     if view.nbytes == 0:
         return view[:0].copy()
-    memory = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
-    return np.frombuffer(memory, view.dtype)
+    return pool.host_view(view.ctypes.data, view.size, view.dtype, None)
 
 
 def empty(like: str, count: int, dtype: np.dtype) -> Any:
@@ -238,18 +244,46 @@ def _present() -> bool:
 
 def gpu_aware() -> bool:
     """Whether MPI takes device pointers: ``HPCCOLL_GPU_AWARE`` (0/1) if set, else the MPI
-    library's ``MPIX_Query_cuda_support()`` where it has one (MPICH, Open MPI).  Read when a
-    call is planned: each planned call keeps its decision."""
+    library's ``MPIX_Query_cuda_support()`` where it has one (MPICH, Open MPI), else False.
+    Read when a call is planned: each planned call keeps its decision.  The decision and
+    what it rests on are logged once each (logger ``hpccoll``: a warning where the library
+    cannot be asked, else at INFO), with how to override it."""
     setting = settings.read("HPCCOLL_GPU_AWARE")
+    _log_decision(setting)
     return library_gpu_aware() if setting is None else setting
 
 
-@lru_cache(maxsize=1)
 def library_gpu_aware() -> bool:
     """The MPI library's own answer: ``MPIX_Query_cuda_support()``, False where it has none."""
+    return bool(_library_answer())
+
+
+@lru_cache(maxsize=1)
+def _library_answer() -> int | None:
+    """``MPIX_Query_cuda_support()``; None where the MPI library has no such function."""
     try:
         query = ctypes.CDLL(MPI.__file__).MPIX_Query_cuda_support
     except (OSError, AttributeError):
-        return False
+        return None
     query.restype = ctypes.c_int
-    return bool(query())
+    return int(query())
+
+
+@lru_cache(maxsize=None)
+def _log_decision(setting: bool | None) -> None:
+    if setting is not None:
+        log.info("hpccoll: HPCCOLL_GPU_AWARE=%d: device buffers %s", setting,
+                 DIRECT if setting else STAGED)
+        return
+    answer = _library_answer()
+    if answer is None:
+        log.warning("hpccoll: the MPI library has no MPIX_Query_cuda_support, so hpccoll "
+                    "cannot ask whether it reads GPU memory: device buffers %s "
+                    "(HPCCOLL_GPU_AWARE=1 if it does)", STAGED)
+    elif answer:
+        log.info("hpccoll: MPIX_Query_cuda_support() = %d: device buffers %s "
+                 "(HPCCOLL_GPU_AWARE=0 stages them, e.g. where MPI is built with CUDA but its "
+                 "transport, such as UCX, is not)", answer, DIRECT)
+    else:
+        log.info("hpccoll: MPIX_Query_cuda_support() = 0: device buffers %s "
+                 "(HPCCOLL_GPU_AWARE=1 if MPI reads GPU memory all the same)", STAGED)

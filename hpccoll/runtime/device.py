@@ -3,29 +3,40 @@
 Every device buffer hpccoll takes -- an object with ``__cuda_array_interface__`` (CuPy arrays,
 PyTorch CUDA tensors, ...), one that exports DLPack from a CUDA device, or a Numba device
 array -- is used as a Numba device array viewing the same memory (:func:`as_device`, no copy).
-Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) is a device like any other here: its
-arrays (which expose no ``__cuda_array_interface__``) are recognised by Numba's own types, so
-they take the real device path, with host memory that any MPI can read standing in for GPU
-memory; that is how the device path is tested on machines without a GPU.
+A PyTorch tensor that requires grad is read through its detached view (the same memory), and
+the interface's read-only flag and the device the driver says the memory is on are honoured
+(:func:`read_only`, :func:`device_id`).  Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) is
+a device like any other here: its arrays (which expose no ``__cuda_array_interface__``) are
+recognised by Numba's own types, so they take the real device path, with host memory that any
+MPI can read standing in for GPU memory; that is how the device path is tested on machines
+without a GPU.
 
 The kernels that reduce and pack on the device are Numba CUDA kernels generated per op from the
-scalar definitions the host kernels use (:data:`hpccoll.runtime.kernels.SCALARS`).  Each device
-operation here waits for its kernel (a whole-device synchronisation), so MPI never reads memory
-a kernel is still writing.
+scalar definitions the host kernels use (:func:`hpccoll.runtime.kernels.combine`), cached on
+disk like the host kernels.  hpccoll's copies and kernels run on its own stream
+(:func:`stream`) and wait for that stream only, so MPI never reads memory a kernel is still
+writing and the user's work on other streams goes on; adapted arrays are bound to the default
+stream, so no Numba operation on them runs on the producer's stream by accident.  Scratch,
+staging and the mover's tables come from pools (:mod:`.pool`), not from an allocation and a
+device-synchronising free per call.
 """
 
 from __future__ import annotations
 
 import ctypes
+import warnings
 from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 
-from . import kernels
+from . import kernels, pool
 
 THREADS = 256                        # threads per block of the kernels
 DLPACK_CUDA = (2, 13)                # DLPack device types: kDLCUDA, kDLCUDAManaged
+POINTER_DEVICE_ORDINAL = 9           # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+# numba-cuda's warning for launches of fewer than 128 blocks: most of hpccoll's segments
+LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
 # float16 reductions: Numba's CUDA float16 arithmetic lacks MIN/MAX and the simulator's
 # float16 differs from NumPy's rounding, so device reductions exclude it (staging reduces it)
 REDUCED_KINDS = "iufcb"
@@ -63,9 +74,23 @@ def is_numba_array(buf: Any) -> bool:
     return type(buf).__module__.startswith("numba") and isinstance(buf, _array_types())
 
 
+def cuda_interface(buf: Any) -> dict | None:
+    """``buf.__cuda_array_interface__``, None where it has none.  A PyTorch tensor that
+    requires grad refuses it (RuntimeError): its detached view, the same memory, gives it."""
+    try:
+        return buf.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except RuntimeError:
+        detach = getattr(buf, "detach", None)
+        if detach is None:
+            raise
+        return detach().__cuda_array_interface__
+
+
 def is_device(buf: Any) -> bool:
     """Whether ``buf`` is GPU memory hpccoll takes (see the module doc)."""
-    if is_numba_array(buf) or hasattr(buf, "__cuda_array_interface__"):
+    if is_numba_array(buf) or cuda_interface(buf) is not None:
         return True
     dlpack_device = getattr(buf, "__dlpack_device__", None)
     if dlpack_device is None or isinstance(buf, np.ndarray):
@@ -74,6 +99,13 @@ def is_device(buf: Any) -> bool:
         return dlpack_device()[0] in DLPACK_CUDA
     except (TypeError, ValueError, RuntimeError):
         return False
+
+
+def read_only(buf: Any) -> bool:
+    """Whether the user's device buffer ``buf`` says its memory is read-only (the
+    interface's ``data`` flag; Numba arrays and DLPack exports never are)."""
+    found = None if is_numba_array(buf) else cuda_interface(buf)
+    return found is not None and bool(found["data"][1])
 
 
 def available() -> bool:
@@ -85,12 +117,35 @@ def available() -> bool:
 
 
 def device_id(buf: Any) -> int:
-    """The CUDA device of ``buf``'s memory: DLPack's where the object says, else the current
-    device (Numba device arrays live on the context that made them)."""
+    """The CUDA device of ``buf``'s memory: DLPack's where the object says, else the
+    driver's answer for its address (:func:`pointer_device`): a Numba array made while
+    another device was current is on that one."""
     dlpack_device = getattr(buf, "__dlpack_device__", None)
     if dlpack_device is not None:
         return int(dlpack_device()[1])
+    found = interface(buf) if is_numba_array(buf) else cuda_interface(buf)
+    return pointer_device(found["data"][0])
+
+
+def pointer_device(at: int) -> int:
+    """The device the driver says memory at ``at`` is on; the current one for no memory
+    (address 0) or memory the driver does not know; 0 under the simulator (its only
+    device)."""
+    if simulated():
+        return 0
+    if at:
+        ordinal = ctypes.c_int()
+        if _libcuda().cuPointerGetAttribute(ctypes.byref(ordinal), POINTER_DEVICE_ORDINAL,
+                                            ctypes.c_uint64(at)) == 0:
+            return ordinal.value
     return current_device()
+
+
+@lru_cache(maxsize=1)
+def _libcuda() -> ctypes.CDLL:
+    library = ctypes.CDLL("libcuda.so.1")
+    library.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    return library
 
 
 def current_device() -> int:
@@ -102,8 +157,8 @@ def as_device(buf: Any) -> Any:
     ``buf`` alive.  TypeError where the memory cannot be viewed."""
     if is_numba_array(buf):
         return buf
-    interface = getattr(buf, "__cuda_array_interface__", None)
-    if interface is None:            # DLPack only: CuPy reads it and gives the interface
+    found = cuda_interface(buf)
+    if found is None:                # DLPack only: CuPy reads it and gives the interface
         try:
             import cupy
         except ImportError:
@@ -111,31 +166,31 @@ def as_device(buf: Any) -> Any:
                             "device arrays through CuPy (pip install cupy-cuda12x) or takes "
                             "objects with __cuda_array_interface__") from None
         buf = cupy.from_dlpack(buf)
-        interface = buf.__cuda_array_interface__
-    return from_interface(interface, owner=buf)
+        found = buf.__cuda_array_interface__
+    return from_interface(found, owner=buf)
 
 
-def from_interface(interface: dict, owner: Any) -> Any:
+def from_interface(found: dict, owner: Any) -> Any:
     """The Numba device array of a ``__cuda_array_interface__`` (holding ``owner``; None:
-    holding nothing).  Under the simulator the pointer is host memory."""
+    holding nothing), bound to the default stream whatever stream the interface names (Numba
+    would bind the producer's, and copies on the array would run there, asynchronously).
+    Under the simulator the pointer is host memory."""
     if not simulated():
-        return _cuda().from_cuda_array_interface(interface, owner=owner, sync=False)
+        if found.get("stream") is not None:
+            found = {**found, "stream": None}
+        return _cuda().from_cuda_array_interface(found, owner=owner, sync=False)
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    dtype = np.dtype(interface["typestr"])
-    shape = tuple(interface["shape"])
+    dtype = np.dtype(found["typestr"])
+    shape = tuple(found["shape"])
     count = int(np.prod(shape, dtype=np.int64))
-    address = interface["data"][0]
     if count == 0:
         return FakeCUDAArray(np.empty(shape, dtype))
-    strides = interface.get("strides")
-    extent = count * dtype.itemsize if strides is None else \
-        sum((n - 1) * step for n, step in zip(shape, strides)) + dtype.itemsize
-    memory = (ctypes.c_char * extent).from_address(address)
-    memory.owner = owner                # the NumPy view holds the memory, which holds this
-    array = np.frombuffer(memory, dtype, count if strides is None else -1)
-    array = array.reshape(shape) if strides is None else \
-        np.lib.stride_tricks.as_strided(array, shape, strides)
-    return FakeCUDAArray(array)
+    strides = found.get("strides")
+    if strides is None:
+        return FakeCUDAArray(pool.host_view(found["data"][0], count, dtype, owner).reshape(shape))
+    extent = sum((n - 1) * step for n, step in zip(shape, strides)) + dtype.itemsize
+    memory = pool.host_view(found["data"][0], extent // dtype.itemsize, dtype, owner)
+    return FakeCUDAArray(np.lib.stride_tricks.as_strided(memory, shape, strides))
 
 
 def interface(array: Any) -> dict:
@@ -164,8 +219,36 @@ def borrowed(array: Any) -> Any:
     return from_interface(interface(flat), owner=None)
 
 
-def empty(count: int, dtype: np.dtype) -> Any:
+def _device_block(nbytes: int) -> Any:
+    return _cuda().device_array(nbytes, np.uint8)
+
+
+def _device_view(at: int, count: int, dtype: np.dtype, owner: Any) -> Any:
+    return from_interface({"shape": (count,), "typestr": dtype.str, "strides": None,
+                           "data": (at, False), "version": 3}, owner)
+
+
+def _pinned_block(nbytes: int) -> np.ndarray:
+    return _cuda().pinned_array(nbytes, np.uint8)
+
+
+def _empty_device(count: int, dtype: np.dtype) -> Any:
     return _cuda().device_array(count, dtype)
+
+
+def _empty_host(count: int, dtype: np.dtype) -> np.ndarray:
+    return np.empty(count, dtype)
+
+
+# device scratch and tables; page-locked host memory for staging (see the module doc)
+DEVICE_POOL = pool.Pool(_device_block, address, _device_view, _empty_device)
+PINNED_POOL = pool.Pool(_pinned_block, lambda block: block.ctypes.data, pool.host_view,
+                        _empty_host)
+
+
+def empty(count: int, dtype: np.dtype) -> Any:
+    """``count`` elements of device memory (pooled)."""
+    return DEVICE_POOL.take(count, dtype)
 
 
 def upload(host: np.ndarray) -> Any:
@@ -174,20 +257,37 @@ def upload(host: np.ndarray) -> Any:
 
 
 def pinned(count: int, dtype: np.dtype) -> np.ndarray:
-    """Page-locked host memory (staging)."""
-    return _cuda().pinned_array(count, dtype)
+    """Page-locked host memory (staging; pooled, and none asked of the driver for no
+    elements)."""
+    return PINNED_POOL.take(count, dtype)
+
+
+@lru_cache(maxsize=None)
+def _stream(device: int) -> Any:
+    return _cuda().stream()
+
+
+def stream() -> Any:
+    """hpccoll's own CUDA stream on the current device: its copies and kernels run there
+    and wait for it alone (a stream Numba creates also waits for the legacy default
+    stream's work)."""
+    return _stream(current_device())
 
 
 def to_host(array: Any, host: np.ndarray) -> None:
     """Copy the device ``array`` into ``host`` (same size)."""
     if host.size:
-        array.reshape(array.size).copy_to_host(host)
+        on = stream()
+        array.reshape(array.size).copy_to_host(host, stream=on)
+        on.synchronize()
 
 
 def to_device(host: np.ndarray, array: Any) -> None:
     """Copy ``host`` into the device ``array`` (same size)."""
     if host.size:
-        array.reshape(array.size).copy_to_device(host)
+        on = stream()
+        array.reshape(array.size).copy_to_device(host, stream=on)
+        on.synchronize()
 
 
 def synchronize() -> None:
@@ -196,16 +296,23 @@ def synchronize() -> None:
 
 
 def _launch(kernel: Callable, count: int, *arguments: Any) -> None:
+    """Run ``kernel`` over ``count`` threads on :func:`stream` and wait for it, without
+    numba-cuda's low-occupancy warning (a segment of a few blocks is what hpccoll means)."""
     threads = min(THREADS, count)
-    kernel[(count + threads - 1) // threads, threads](*arguments)
-    synchronize()
+    on = stream()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=LOW_OCCUPANCY)
+        configured = kernel[(count + threads - 1) // threads, threads, on]
+    configured(*arguments)
+    on.synchronize()
 
 
 def copy(dst: Any, src: Any) -> None:
     """``dst[:] = src`` between device arrays."""
     if dst.size:
-        dst.copy_to_device(src)
-        synchronize()
+        on = stream()
+        dst.copy_to_device(src, stream=on)
+        on.synchronize()
 
 
 def reduces(op: str, dtype: np.dtype) -> bool:
@@ -213,16 +320,35 @@ def reduces(op: str, dtype: np.dtype) -> bool:
     return np.dtype(dtype) not in UNREDUCED_DTYPES and kernels.applies(op, dtype)
 
 
+@lru_cache(maxsize=1)
+def _device_combine() -> None:
+    """Make :func:`kernels.combine` known to Numba's CUDA target (the simulator runs the
+    kernels in Python, where it is a plain function)."""
+    if simulated():
+        return
+    try:                                   # numba-cuda: the CUDA target's own registry
+        from numba.cuda.extending import overload
+    except ImportError:                    # Numba's built-in CUDA target
+        from functools import partial
+
+        from numba.extending import overload as core_overload
+        overload = partial(core_overload, target="cuda")
+    kernels.register_combine(overload, cuda.jit(device=True))
+
+
 @lru_cache(maxsize=None)
 def _pairwise(op: str) -> Callable:
+    """The kernel ``dst = a op b``: ``op`` a string constant of its closure, so that the
+    disk cache's key (which includes the closure's contents) stays valid across runs."""
     _cuda()
-    combine = cuda.jit(device=True)(kernels.SCALARS[op])
+    _device_combine()
+    combine = kernels.combine
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def pairwise(dst, a, b):
         i = cuda.grid(1)
         if i < dst.size:
-            dst[i] = combine(a[i], b[i])
+            dst[i] = combine(op, a[i], b[i])
     return pairwise
 
 
@@ -240,7 +366,7 @@ def reduction(op: str) -> kernels.Reduction:
 def _mover() -> Callable:
     _cuda()
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def move(packed, buffer, starts, at, gather):
         # packed[i] <-> buffer[starts[k] + i - at[k]] for the block k holding packed element
         # i: the last k with at[k] <= i (blocks of no elements share their at with the next)
@@ -265,10 +391,15 @@ def block_mover(packed: Any, buffer: Any, starts: np.ndarray, counts: np.ndarray
                 gather: bool) -> tuple[Callable, tuple]:
     """The device form of :func:`hpccoll.runtime.kernels.block_mover`: one kernel launch that
     gathers the blocks ``buffer[starts[k]:][:counts[k]]`` into ``packed`` or spreads them
-    back, the block offsets uploaded once."""
+    back, the block offsets uploaded once (into pooled device memory)."""
     at = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    upload = _cuda().to_device
-    return _move, (packed, buffer, upload(np.asarray(starts, np.int64)), upload(at), gather)
+    return _move, (packed, buffer, _table(np.asarray(starts, np.int64)), _table(at), gather)
+
+
+def _table(values: np.ndarray) -> Any:
+    table = empty(values.size, np.int64)
+    to_device(values, table)
+    return table
 
 
 def _move(packed: Any, buffer: Any, starts: Any, at: Any, gather: bool) -> None:

@@ -57,35 +57,40 @@ def applies(op: str, dtype: np.dtype) -> bool:
 Reducer = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
-@lru_cache(maxsize=None)
-def _jitted(op: str) -> Callable:
-    """``SCALARS[op]`` compiled by Numba, inlined where a kernel calls it."""
-    from numba import njit
-    return njit(inline="always")(SCALARS[op])
-
-
-def _combine(op: str, x: Any, y: Any) -> Any:
-    """``x op y`` inside the kernels, ``op`` a name Numba knows when it compiles the caller (a
-    constant of the caller's closure); :func:`_jit` registers its Numba implementation."""
+def combine(op: str, x: Any, y: Any) -> Any:
+    """``x op y`` inside the kernels, host and device, ``op`` a name Numba knows when it
+    compiles the caller (a constant of the caller's closure); :func:`register_combine` gives
+    a Numba target its implementation."""
     return SCALARS[op](x, y)
+
+
+def register_combine(overload: Callable, compile_scalar: Callable) -> None:
+    """Make :func:`combine` known to one Numba target: ``overload`` is the target's
+    ``@overload``, ``compile_scalar(f)`` a scalar function compiled for it.  The op is a
+    string literal there, so each kernel compiles to its op's expression alone."""
+    compiled: dict[str, Callable] = {}
+
+    @overload(combine, prefer_literal=True)
+    def _typed_combine(op, x, y):
+        name = getattr(op, "literal_value", None)
+        if name not in SCALARS:
+            return None
+        if name not in compiled:
+            compiled[name] = compile_scalar(SCALARS[name])
+        scalar = compiled[name]
+        return lambda op, x, y: scalar(x, y)
 
 
 @lru_cache(maxsize=None)
 def _jit() -> Callable:
     """The decorator of the kernels (``njit``, cached on disk, without the GIL), after making
-    :func:`_combine` known to Numba: the op is a string constant in the generated kernel's
-    closure, which Numba types as a literal, so each kernel compiles to its op's expression
-    alone.  A constant (not a jitted function) in the closure keeps the disk cache valid across
-    runs: the cache's key includes the closure's contents."""
-    from numba import njit, types
+    :func:`combine` known to Numba's CPU target.  A constant (not a jitted function) in the
+    generated kernels' closures keeps the disk cache valid across runs: the cache's key
+    includes the closure's contents."""
+    from numba import njit
     from numba.extending import overload
 
-    @overload(_combine, prefer_literal=True)
-    def _typed_combine(op, x, y):
-        if not isinstance(op, types.StringLiteral):
-            return None
-        scalar = _jitted(op.literal_value)
-        return lambda op, x, y: scalar(x, y)
+    register_combine(overload, njit(inline="always"))
 
     @overload(reduce_pair, prefer_literal=True)
     def _typed_reduce_pair(op, dst, a, b):
@@ -103,7 +108,7 @@ def reduce_pair(op, dst, a, b):
     code with ``op`` a constant there (:func:`_jit` registers it; Numba wants the typing's
     signature unannotated)."""
     for i in range(dst.size):
-        dst[i] = _combine(op, a[i], b[i])
+        dst[i] = combine(op, a[i], b[i])
 
 
 def reduce_strided(op, dst, flat, stride, p):
@@ -117,7 +122,7 @@ def reduce_strided(op, dst, flat, stride, p):
         for i in range(1, p):
             s = flat[i * stride + j0:i * stride + j0 + m]
             for j in range(m):
-                d[j] = _combine(op, d[j], s[j])
+                d[j] = combine(op, d[j], s[j])
 
 
 def _pairwise(op: str) -> Reducer:

@@ -20,24 +20,19 @@ import os
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import ctypes  # noqa: E402
+import logging  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from device_cases import (each_path, numba_memory, run_every_collective,  # noqa: E402
+                          run_nonblocking_and_persistent)
 from mpi_cases import data  # noqa: E402
 
 RANKS = [1, 2, 3, 4]
 SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
 pytestmark = pytest.mark.skipif(not SIMULATED, reason="NUMBA_ENABLE_CUDASIM is not 1: these "
                                                       "tests run on the CUDA simulator")
-
-
-def algorithms_for(collective, p, rank):
-    from hpccoll import registry
-    from hpccoll.collectives import uniform_call
-    call = uniform_call(collective, p, rank, 1)
-    return [a.name for a in registry.algorithms(collective) if a.violated(call) is None] + \
-        ["native"]
 
 
 def dev(array):
@@ -49,123 +44,17 @@ def host(array):
     return array.copy_to_host()
 
 
-def each_path(comm):
-    """(path name, communicator) for staging and for GPU-aware MPI: each path on its own
-    duplicate, because a planned call keeps the decision it was planned with."""
-    for aware in ("0", "1"):
-        os.environ["HPCCOLL_GPU_AWARE"] = aware
-        yield ("staged" if aware == "0" else "gpu-aware"), comm.Dup()
-    del os.environ["HPCCOLL_GPU_AWARE"]
-
-
-def run_every_collective(comm, path, p, r):
-    """Every algorithm of every collective on device arrays against the native collective on
-    NumPy arrays (small blocks: the simulator runs every kernel thread in Python)."""
-    import hpccoll
-    from mpi4py import MPI
-    n = 3
-    for dtype in ("float32", "int32"):
-        for name in algorithms_for("allgather", p, r):
-            send = data(r, n, dtype)
-            want = np.zeros(n * p, dtype)
-            comm.Allgather(send, want)
-            got = dev(np.zeros(n * p, dtype))
-            hpccoll.allgather(comm, dev(send), got, algorithm=name)
-            assert np.array_equal(host(got), want), (path, "allgather", name, dtype)
-            inplace = want.copy()
-            inplace[:r * n] = 0
-            inplace = dev(inplace)
-            hpccoll.allgather(comm, MPI.IN_PLACE, inplace, algorithm=name)
-            assert np.array_equal(host(inplace), want), (path, "allgather in place", name)
-            counts = [(2 * i + 1) % 4 for i in range(p)]
-            send = data(r, counts[r], dtype)
-            want = np.zeros(sum(counts), dtype)
-            comm.Allgatherv(send, [want, counts])
-            got = dev(np.zeros(sum(counts), dtype))
-            hpccoll.allgather(comm, dev(send), got, recvcounts=counts, algorithm=name)
-            assert np.array_equal(host(got), want), (path, "allgatherv", name, counts)
-        for name in algorithms_for("alltoall", p, r):
-            send = data(r, n * p, dtype)
-            want = np.zeros_like(send)
-            comm.Alltoall(send, want)
-            got = dev(np.zeros_like(send))
-            hpccoll.alltoall(comm, dev(send), got, algorithm=name)
-            assert np.array_equal(host(got), want), (path, "alltoall", name, dtype)
-        sendcounts = [(r + j) % 3 + 1 for j in range(p)]
-        recvcounts = [(j + r) % 3 + 1 for j in range(p)]
-        send = data(r, sum(sendcounts), dtype)
-        want = np.zeros(sum(recvcounts), dtype)
-        comm.Alltoallv([send, sendcounts], [want, recvcounts])
-        for name in algorithms_for("alltoallv", p, r):
-            got = dev(np.zeros_like(want))
-            hpccoll.alltoallv(comm, [dev(send), sendcounts], [got, recvcounts], algorithm=name)
-            assert np.array_equal(host(got), want), (path, "alltoallv", name, dtype)
-        for op in ("sum", "max"):
-            mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
-            for name in algorithms_for("allreduce", p, r):
-                send = data(r, 5, dtype)
-                want = np.zeros_like(send)
-                comm.Allreduce(send, want, op=mpi_op)
-                got = dev(np.zeros_like(send))
-                hpccoll.allreduce(comm, dev(send), got, op=mpi_op, algorithm=name)
-                assert np.array_equal(host(got), want), (path, "allreduce", name, dtype, op)
-                inplace = dev(send)
-                hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op, algorithm=name)
-                assert np.array_equal(host(inplace), want), (path, "allreduce in place", name)
-            for name in algorithms_for("reduce_scatter", p, r):
-                send = data(r, n * p, dtype)
-                want = np.zeros(n, dtype)
-                comm.Reduce_scatter_block(send, want, op=mpi_op)
-                got = dev(np.zeros(n, dtype))
-                hpccoll.reduce_scatter(comm, dev(send), got, op=mpi_op, algorithm=name)
-                assert np.array_equal(host(got), want), (path, "reduce_scatter", name, op)
-        root = p - 1
-        for name in algorithms_for("bcast", p, r):
-            want = data(root, 7, dtype)
-            buf = dev(want if r == root else np.zeros_like(want))
-            hpccoll.bcast(comm, buf, root=root, algorithm=name)
-            assert np.array_equal(host(buf), want), (path, "bcast", name, dtype)
-        for name in algorithms_for("reduce", p, r):
-            send = data(r, 7, dtype)
-            want = np.zeros_like(send)
-            comm.Reduce(send, want, root=root)
-            got = dev(np.zeros_like(send))
-            hpccoll.reduce(comm, dev(send), got, root=root, algorithm=name)
-            if r == root:
-                assert np.array_equal(host(got), want), (path, "reduce", name, dtype)
-
-
 @pytest.mark.mpi(ranks=RANKS, timeout=600)
 def test_every_algorithm_on_device_arrays_matches_numpy(mpi_ranks, comm):
     p, r = comm.size, comm.rank
     for path, duplicate in list(each_path(comm)):
-        run_every_collective(duplicate, path, p, r)
+        run_every_collective(duplicate, path, p, r, numba_memory())
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
 def test_nonblocking_and_persistent_on_device(mpi_ranks, comm):
-    import hpccoll
-    r = comm.rank
     for path, duplicate in list(each_path(comm)):
-        for name in ("ring", "recursive_doubling", "native"):
-            send = data(r, 9, "float64")
-            want = np.zeros_like(send)
-            comm.Allreduce(send, want)
-            got = dev(np.zeros_like(send))
-            request = hpccoll.iallreduce(duplicate, dev(send), got, algorithm=name)
-            request.wait()
-            assert np.array_equal(host(got), want), (path, name, "non-blocking")
-            source, result = dev(send), dev(np.zeros_like(send))
-            persistent = hpccoll.allreduce_init(duplicate, source, result, algorithm=name)
-            for salt in range(3):
-                values = data(r, 9, "float64", salt=salt)
-                expected = np.zeros_like(values)
-                comm.Allreduce(values, expected)
-                source.copy_to_device(values)
-                persistent.start()
-                persistent.wait()
-                assert np.array_equal(host(result), expected), (path, name, "persistent", salt)
-            persistent.free()
+        run_nonblocking_and_persistent(comm, duplicate, path, comm.rank, numba_memory())
 
 
 @pytest.mark.mpi(ranks=[2], timeout=300)
@@ -200,19 +89,88 @@ def test_staging_buffers_are_allocated_once_per_planned_call(mpi_ranks, comm):
         del os.environ["HPCCOLL_GPU_AWARE"]
 
 
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_staging_and_scratch_memory_come_from_pools(mpi_ranks, comm):
+    """Pinned and device memory are asked of the driver once per size in use, not per call:
+    a second concurrent call of one signature (whose staging buffers are its own) reuses
+    pooled ones; a reduce's other rank, which has no receive buffer, asks for no pinned
+    memory of 0 bytes (cuMemHostAlloc(0) fails); GPU-aware non-blocking calls take their
+    scratch and the block mover's tables from the device pool."""
+    import hpccoll
+    from hpccoll.runtime import device
+    asked = {"pinned": [], "device": []}
+    device._cuda()
+    real = {"pinned": device.cuda.pinned_array, "device": device.cuda.device_array}
+
+    def pinned_array(count, dtype):
+        if count == 0:
+            raise RuntimeError("cuMemHostAlloc(0): CUDA_ERROR_INVALID_VALUE")
+        asked["pinned"].append(count)
+        return real["pinned"](count, dtype)
+
+    def device_array(count, dtype):
+        if count:                              # (no elements: nothing asked of the driver)
+            asked["device"].append(count)
+        return real["device"](count, dtype)
+    device.cuda.pinned_array, device.cuda.device_array = pinned_array, device_array
+    r = comm.rank
+    values = data(r, 3000, "float32")
+    want = np.zeros_like(values)
+    comm.Allreduce(values, want)
+    try:
+        for aware in ("0", "1"):
+            os.environ["HPCCOLL_GPU_AWARE"] = aware
+            duplicate = comm.Dup()
+            source = dev(values)
+            for call in range(12):
+                results = dev(np.zeros_like(values)), dev(np.zeros_like(values))
+                first = hpccoll.iallreduce(duplicate, source, results[0], algorithm="ring")
+                second = hpccoll.iallreduce(duplicate, source, results[1], algorithm="ring")
+                first.wait()
+                second.wait()
+                assert all(np.array_equal(host(x), want) for x in results), (aware, call)
+            got = dev(np.zeros_like(values))
+            hpccoll.reduce(duplicate, source, got, root=0, algorithm="binomial")
+            if r == 0:
+                assert np.array_equal(host(got), want), aware
+            if aware == "0":                   # the call's own pair, the second call's pairs
+                assert len(asked["pinned"]) <= 6, asked["pinned"]
+        assert len(asked["device"]) <= 6, asked["device"]       # (24 calls' scratch)
+    finally:
+        device.cuda.pinned_array, device.cuda.device_array = real["pinned"], real["device"]
+        del os.environ["HPCCOLL_GPU_AWARE"]
+
+
 class Interface:
     """An object exposing only ``__cuda_array_interface__`` (and optionally DLPack's device),
     over host memory: what CuPy arrays and PyTorch CUDA tensors look like to hpccoll."""
 
-    def __init__(self, array, device_id=None, strides=None):
+    def __init__(self, array, device_id=None, strides=None, read_only=False):
         self.array = array
         self.device_id = device_id
         self.__cuda_array_interface__ = {
             "shape": array.shape if strides is None else (array.size // 2,),
             "typestr": array.dtype.str, "strides": strides, "version": 3,
-            "data": (array.ctypes.data, False)}
+            "data": (array.ctypes.data, read_only)}
         if device_id is not None:
             self.__dlpack_device__ = lambda: (2, device_id)
+
+
+class Parameter:
+    """A PyTorch CUDA tensor that requires grad, as hpccoll sees one: its interface raises
+    RuntimeError; ``detach()`` is the same memory with the interface."""
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires "
+                           "grad. If gradients aren't required, use var.detach() to get "
+                           "Variable that doesn't require grad.")
+
+    def detach(self):
+        return Interface(self.array)
 
 
 @pytest.mark.mpi(ranks=[1, 2], timeout=300)
@@ -237,6 +195,13 @@ def test_any_cuda_array_interface_and_host_buffers(mpi_ranks, comm):
     gathered = bytearray(3 * comm.size)
     hpccoll.allgather(comm, memoryview(bytes([r + 1] * 3)), gathered, algorithm="ring")
     assert list(gathered) == [q + 1 for q in range(comm.size) for _ in range(3)]
+    # a parameter that requires grad: broadcast through its detached view, in place
+    weights = data(0, 50, "float32") if r == 0 else np.zeros(50, np.float32)
+    for name in ("binomial", "native"):
+        hpccoll.bcast(comm, Parameter(weights), algorithm=name)
+        assert np.array_equal(weights, data(0, 50, "float32")), name
+    hpccoll.Comm(comm).Bcast(Parameter(weights))
+    assert np.array_equal(weights, data(0, 50, "float32"))
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
@@ -258,6 +223,26 @@ def test_device_misuse_raises_on_every_rank_before_any_message(mpi_ranks, comm):
     elsewhere = Interface(np.zeros(n, np.float32), device_id=1)
     with pytest.raises(ValueError, match="on GPU 1 but the current device is GPU 0"):
         hpccoll.allreduce(comm, elsewhere, result, algorithm="ring")
+    # a Numba array (what hpccoll.Comm makes of any device buffer) made on GPU 0 while GPU 1
+    # is current: the driver's answer for its memory, not the current device, says where
+    from hpccoll.runtime import device
+    current = device.current_device
+    device.current_device = lambda: 1
+    try:
+        for run in (lambda: hpccoll.allreduce(comm, dev(values), result, algorithm="ring"),
+                    lambda: hpccoll.Comm(comm).Allreduce(dev(values), result)):
+            with pytest.raises(ValueError, match="on GPU 0 but the current device is GPU 1"):
+                run()
+    finally:
+        device.current_device = current
+    # a read-only receive buffer is refused, not written (hpccoll.Comm leaves it to MPI's
+    # own call, which this MPI cannot take from device memory)
+    frozen = Interface(np.full(n, 7, np.float32), read_only=True)
+    with pytest.raises(ValueError, match="recvbuf is read-only"):
+        hpccoll.allreduce(comm, dev(values), frozen, algorithm="ring")
+    with pytest.raises(TypeError, match="a read-only buffer where MPI writes.*not GPU-aware"):
+        hpccoll.Comm(comm).Allreduce(dev(values), frozen)
+    assert np.all(frozen.array == 7)
     with pytest.raises(TypeError, match="must be an array"):
         hpccoll.allreduce(comm, object(), result)
     os.environ["HPCCOLL_GPU_AWARE"] = "1"
@@ -319,7 +304,7 @@ def test_comm_gives_mpi_device_memory_only_where_it_is_gpu_aware(mpi_ranks, comm
 
 
 @pytest.mark.mpi(ranks=[1], timeout=120)
-def test_gpu_aware_detection_and_override(mpi_ranks, comm):
+def test_gpu_aware_detection_and_override(mpi_ranks, comm, caplog):
     from mpi4py import MPI
     from hpccoll.runtime import buffers
     try:
@@ -329,10 +314,19 @@ def test_gpu_aware_detection_and_override(mpi_ranks, comm):
     except AttributeError:
         library = False
     assert "HPCCOLL_GPU_AWARE" not in os.environ
-    assert buffers.gpu_aware() is library
-    for text, expected in (("1", True), ("yes", True), ("0", False), ("off", False)):
-        os.environ["HPCCOLL_GPU_AWARE"] = text
-        assert buffers.gpu_aware() is expected, text
+    with caplog.at_level(logging.INFO, logger="hpccoll"):
+        for _ in range(3):
+            assert buffers.gpu_aware() is library
+        for text, expected in (("1", True), ("yes", True), ("0", False), ("off", False)):
+            os.environ["HPCCOLL_GPU_AWARE"] = text
+            assert buffers.gpu_aware() is expected, text
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 3, said             # once for each decision, however often asked
+    assert said[0].startswith("hpccoll: MPIX_Query_cuda_support() = ") and \
+        "HPCCOLL_GPU_AWARE=" in said[0], said
+    assert said[1:] == ["hpccoll: HPCCOLL_GPU_AWARE=1: device buffers go to MPI as they are",
+                        "hpccoll: HPCCOLL_GPU_AWARE=0: device buffers are staged through "
+                        "pinned host memory"]
     os.environ["HPCCOLL_GPU_AWARE"] = "maybe"
     with pytest.raises(ValueError, match="HPCCOLL_GPU_AWARE='maybe'"):
         buffers.gpu_aware()

@@ -1,10 +1,13 @@
-"""Device buffers on a real GPU: CuPy arrays, Numba device arrays and PyTorch CUDA tensors
-give the bytes NumPy buffers give, staged through the host and (where the MPI library is
-GPU-aware) directly; the device kernels against the host kernels on GPU memory.
+"""Device buffers on a real GPU: every collective and algorithm on CuPy arrays, Numba device
+arrays and PyTorch CUDA tensors gives the bytes NumPy buffers give, staged through the host
+and through the GPU-aware executor (device kernels, device copies, the block mover, device
+pointers to MPI) on CuPy managed memory, which a host-only MPI reads too; inputs produced on
+a CuPy non-blocking stream and a PyTorch side stream; the issue-34 cases that need a driver.
 
 Marked ``gpu``; they skip, saying why, without a CUDA GPU or under Numba's CUDA simulator
 (which tests/mpi/test_device.py switches on for the whole pytest process: run this file on its
-own, as perf/gpu_check.sh does).
+own, as perf/gpu_check.sh does, which fails if anything here skipped).  ``HPCCOLL_REHEARSAL=1``
+runs them under the simulator (Numba arrays only): perf/gpu_check.sh --simulate.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import os
 import numpy as np
 import pytest
 
+from device_cases import (Memory, numba_memory, run_every_collective,
+                          run_nonblocking_and_persistent)
 from mpi_cases import data
+
+REHEARSAL = os.environ.get("HPCCOLL_REHEARSAL") == "1"
 
 
 def _why_not() -> str | None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" and not REHEARSAL:
         return "Numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): run this file alone"
     try:
         from numba import cuda
@@ -33,75 +40,131 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not() is not None,
                                                   reason=_why_not() or "")]
 
 
-def _libraries():
-    """(name, from_numpy, to_numpy) of every GPU array library installed."""
-    from numba import cuda
-    found = [("numba", cuda.to_device, lambda a: a.copy_to_host())]
+def _libraries() -> list[Memory]:
+    """Every GPU array library installed (Numba's alone under the simulator)."""
+    found = [numba_memory()]
+    if REHEARSAL:
+        return found
     try:
         import cupy
-        found.append(("cupy", cupy.asarray, cupy.asnumpy))
+        found.append(Memory("cupy", cupy.asarray, cupy.asnumpy, lambda a, v: a.set(v)))
     except ImportError:
         pass
     try:
         import torch
         if torch.cuda.is_available():
-            found.append(("torch", lambda a: torch.from_numpy(a).cuda(),
-                          lambda t: t.cpu().numpy()))
+            found.append(Memory("torch", lambda a: torch.from_numpy(a).cuda(),
+                                lambda t: t.cpu().numpy(),
+                                lambda t, v: t.copy_(torch.from_numpy(v))))
     except ImportError:
         pass
     return found
 
 
-def _paths():
+def _managed() -> Memory:
+    """CuPy arrays in managed memory (the test's arrays are a few KiB; the simulator's
+    memory is host memory): any MPI reads them, so HPCCOLL_GPU_AWARE=1 runs the GPU-aware
+    executor with a host-only MPI."""
+    if REHEARSAL:
+        return numba_memory()
+    import cupy
+
+    def to_gpu(values: np.ndarray):
+        memory = cupy.cuda.malloc_managed(max(values.nbytes, 1))
+        array = cupy.ndarray(values.shape, values.dtype, memptr=memory)
+        array.set(values)
+        return array
+    return Memory("cupy managed", to_gpu, cupy.asnumpy, lambda a, v: a.set(v))
+
+
+def _paths(comm):
+    """(path, communicator, memories): staged, for every library; the GPU-aware executor
+    on managed memory; on plain device memory too where MPI is GPU-aware."""
     from hpccoll.runtime import buffers
-    return ["0", "1"] if buffers.library_gpu_aware() else ["0"]
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    yield "staged", comm.Dup(), _libraries()
+    os.environ["HPCCOLL_GPU_AWARE"] = "1"
+    yield "gpu-aware", comm.Dup(), \
+        [_managed()] + (_libraries() if buffers.library_gpu_aware() else [])
+    del os.environ["HPCCOLL_GPU_AWARE"]
 
 
 @pytest.mark.mpi(ranks=[1, 2], timeout=600)
-def test_gpu_buffers_match_numpy(mpi_ranks, comm):
+def test_every_collective_on_gpu_memory(mpi_ranks, comm):
+    p, r = comm.size, comm.rank
+    for path, duplicate, memories in _paths(comm):
+        for memory in memories:
+            what = f"{path} {memory.name}"
+            run_every_collective(duplicate, what, p, r, memory)
+            run_nonblocking_and_persistent(comm, duplicate, what, r, memory)
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_inputs_made_on_other_streams_and_the_issue_34_cases(mpi_ranks, comm):
+    """The call waits for the stream that produced its input (a CuPy non-blocking stream, a
+    PyTorch side stream); a reduce's other rank stages nothing (no pinned memory of 0
+    bytes); a parameter that requires grad is broadcast; device memory to MPI's own call
+    with an MPI that is not GPU-aware is a TypeError, not a crash."""
     import hpccoll
     from mpi4py import MPI
-    p, r = comm.size, comm.rank
-    for aware in _paths():
-        os.environ["HPCCOLL_GPU_AWARE"] = aware
-        duplicate = comm.Dup()
-        for library, to_gpu, to_host in _libraries():
-            what = (library, "gpu-aware" if aware == "1" else "staged")
-            for name in ["ring", "recursive_doubling", "direct", "native"]:
-                for dtype in ["float32", "float64", "int32"]:
-                    values = data(r, 100000, dtype)
-                    want = np.zeros_like(values)
-                    comm.Allreduce(values, want)
-                    got = to_gpu(np.zeros_like(values))
-                    hpccoll.allreduce(duplicate, to_gpu(values), got, algorithm=name)
-                    assert np.array_equal(to_host(got), want), (*what, name, dtype)
-                    inplace = to_gpu(values)
-                    hpccoll.allreduce(duplicate, MPI.IN_PLACE, inplace, algorithm=name)
-                    assert np.array_equal(to_host(inplace), want), (*what, name, "in place")
-            for name in ["ring", "bruck", "pairwise", "native"]:
-                values = data(r, 7 * p, "float32")
-                want = np.zeros_like(values)
-                comm.Alltoall(values, want)
-                got = to_gpu(np.zeros_like(values))
-                hpccoll.alltoall(duplicate, to_gpu(values), got, algorithm=name)
-                assert np.array_equal(to_host(got), want), (*what, name)
-            for name in ["ring", "multiring", "native"]:
-                values = data(r, 1000, "float64")
-                want = np.zeros(1000 * p)
-                comm.Allgather(values, want)
-                got = to_gpu(np.zeros(1000 * p))
-                hpccoll.allgather(duplicate, to_gpu(values), got, algorithm=name)
-                assert np.array_equal(to_host(got), want), (*what, name)
-    del os.environ["HPCCOLL_GPU_AWARE"]
+    r = comm.rank
+    n = 1 << 20
+    want = np.zeros(n, np.float32)
+    comm.Allreduce(np.full(n, r + 1, np.float32), want)
+    for memory in _libraries():
+        got = memory.to_gpu(np.zeros(n, np.float32))
+        if memory.name == "cupy":
+            import cupy
+            with cupy.cuda.Stream(non_blocking=True):
+                made = cupy.zeros(n, np.float32)
+                for _ in range(50):                  # long enough to be still running
+                    made += (r + 1) / 50
+                made = cupy.rint(made)
+                hpccoll.allreduce(comm, made, got, algorithm="ring")
+        elif memory.name == "torch":
+            import torch
+            with torch.cuda.stream(torch.cuda.Stream()):
+                made = torch.zeros(n, device="cuda")
+                for _ in range(50):
+                    made += (r + 1) / 50
+                made = torch.round(made)
+                hpccoll.allreduce(comm, made, got, algorithm="ring")
+            torch.cuda.synchronize()
+        else:
+            hpccoll.allreduce(comm, memory.to_gpu(np.full(n, r + 1, np.float32)), got)
+        assert np.array_equal(memory.to_host(got), want), memory.name
+        os.environ["HPCCOLL_GPU_AWARE"] = "0"
+        try:
+            staged = comm.Dup()
+            values = data(r, 1000, "float64")
+            total = np.zeros_like(values)
+            comm.Reduce(values, total, root=0)
+            into = memory.to_gpu(np.zeros_like(values))
+            hpccoll.reduce(staged, memory.to_gpu(values), into, root=0, algorithm="binomial")
+            if r == 0:
+                assert np.array_equal(memory.to_host(into), total), memory.name
+            if memory.name == "torch":
+                import torch
+                weights = torch.nn.Parameter(memory.to_gpu(data(r, 64, "float32")))
+                hpccoll.bcast(staged, weights, root=1)
+                assert np.array_equal(memory.to_host(weights.detach()), data(1, 64, "float32"))
+            if not REHEARSAL:
+                biggest = MPI.Op.Create(lambda a, b, t: None, commute=True)
+                with pytest.raises(TypeError, match="not GPU-aware"):
+                    hpccoll.Comm(staged).Allreduce(memory.to_gpu(values), into, op=biggest)
+                biggest.Free()
+        finally:
+            del os.environ["HPCCOLL_GPU_AWARE"]
 
 
 def test_device_kernels_on_gpu_memory_match_the_host_kernels():
     from numba import cuda
     from hpccoll.runtime import device, kernels
     rng = np.random.default_rng(5)
+    size = 1003 if REHEARSAL else 100003
     for dtype in ["float32", "float64", "int32", "uint64", "complex128"]:
-        a = rng.integers(0, 4, 100003).astype(dtype)
-        b = rng.integers(0, 4, 100003).astype(dtype)
+        a = rng.integers(0, 4, size).astype(dtype)
+        b = rng.integers(0, 4, size).astype(dtype)
         for op in kernels.OPS:
             if kernels.applies(op, dtype):
                 want = np.empty_like(a)

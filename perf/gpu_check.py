@@ -1,0 +1,86 @@
+"""The measurements of perf/gpu_check.sh, one per run:
+
+    python perf/gpu_check.py compile            # one process, no MPI job
+    mpiexec -n 2 python perf/gpu_check.py latency
+
+``compile``: seconds of a process's first and second device reduction and block move (the
+first compiles the CUDA kernels, or loads them from Numba's disk cache: run it twice, the
+cache empty and then full).  ``latency``: the median time of an 8-byte allreduce (ring and
+MPI's own) on host NumPy arrays and on device arrays, staged and GPU-aware (managed memory,
+which any MPI reads, where CuPy is there), over 1,000 calls after 100 warm-up calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def compile_times() -> None:
+    from numba import cuda
+
+    from hpccoll.runtime import device
+    a = cuda.to_device(np.arange(4096, dtype=np.float32))
+    for attempt in ("first", "second"):
+        began = time.perf_counter()
+        device.reduction("sum").pair(a, a, a)
+        move, arguments = device.block_mover(a, a, np.array([0, 2048]), np.array([8, 8]),
+                                             gather=True)
+        move(*arguments)
+        print(f"gpu_check: {attempt} device reduction and block move: "
+              f"{time.perf_counter() - began:.3f} s", flush=True)
+
+
+def _median_us(comm, run) -> float:
+    for _ in range(100):
+        run()
+    times = np.empty(1000)
+    for i in range(times.size):
+        comm.Barrier()
+        began = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - began
+    return float(np.median(times)) * 1e6
+
+
+def latency() -> None:
+    from mpi4py import MPI
+    from numba import cuda
+
+    import hpccoll
+    comm = MPI.COMM_WORLD
+    memories = [("host", lambda v: v), ("numba", cuda.to_device)]
+    try:
+        import cupy
+
+        def managed(values):
+            array = cupy.ndarray(values.shape, values.dtype,
+                                 memptr=cupy.cuda.malloc_managed(values.nbytes))
+            array.set(values)
+            return array
+        memories += [("cupy", cupy.asarray), ("cupy managed", managed)]
+    except ImportError:
+        pass
+    for aware in ("0", "1"):
+        os.environ["HPCCOLL_GPU_AWARE"] = aware
+        duplicate = comm.Dup()
+        for name, to_memory in memories:
+            if name == "host" and aware == "1" or "managed" in name and aware == "0":
+                continue
+            send, recv = to_memory(np.ones(1)), to_memory(np.zeros(1))
+            for algorithm in ("ring", "native"):
+                us = _median_us(comm, lambda: hpccoll.allreduce(duplicate, send, recv,
+                                                                algorithm=algorithm))
+                if comm.rank == 0:
+                    path = "" if name == "host" else (" gpu-aware" if aware == "1"
+                                                      else " staged")
+                    print(f"gpu_check: 8 B allreduce on {comm.size} rank(s), {name}{path}, "
+                          f"{algorithm}: {us:.1f} us", flush=True)
+        duplicate.Free()
+
+
+if __name__ == "__main__":
+    {"compile": compile_times, "latency": latency}[sys.argv[1]]()
