@@ -20,6 +20,7 @@ allreduce, x 1 for bcast and reduce, x (p-1)/p for the others (the collectives' 
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -35,16 +36,18 @@ from ..runtime import buffers, device
 from ..schedule import RECV
 from .bench_command import API_NATIVE, selected_algorithms, skipped_by_all
 from .launcher import note_if_alone
-from .results import Result, plot, size_range, write_json
-from .timing import Timing, measure
+from .results import Result, busbw_summary, human_size, plot, size_range, write_json
+from .timing import COLD_FACTOR, Rotation, Timing, last_level_cache, measure
 
 
 class Case:
     """One collective at one size: buffers, the seeded inputs and the expected output, all
-    from the collective's spec (OSU size convention; root 0 for rooted collectives)."""
+    from the collective's spec (OSU size convention; root 0 for rooted collectives); with
+    ``cold_bytes``, the timed calls' buffers rotate through sets of at least that many bytes
+    (:class:`~hpccoll.tools.timing.Rotation`), the data check's are the first ones."""
 
     def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype,
-                 memory: str = "host"):
+                 memory: str = "host", cold_bytes: int = 0):
         self.comm, self.spec, self.dtype = comm, spec(collective), dtype
         p, r = comm.size, comm.rank
         self.count = max(size // dtype.itemsize, 0)
@@ -63,18 +66,37 @@ class Case:
         if memory == "cuda":                 # the same buffers in GPU memory (OSU's -d cuda)
             self.send = None if self.send is None else device.upload(self.send)
             self.recv = device.upload(self.recv)
+        self.cold: Rotation | None = None
+        self._native_arguments: Callable | None = None     # native's, for the cold sets
+        self.native_args: tuple = ()
+        if cold_bytes and memory != "host":
+            raise ValueError("cold buffers are host memory: --cold takes --device host")
+        if cold_bytes:                          # the timed calls rotate through cold buffers
+            start = np.zeros(self.recv.size, dtype)
+            if self.recv_input is not None:
+                start[self.source.offset:self.source.stop] = self.recv_input
+            self.cold = Rotation(self.send, self.recv.size, dtype, cold_bytes, start)
 
     def input(self, rank: int, n: int) -> np.ndarray:
         rng = np.random.default_rng([rank, n, 12345])
         return rng.integers(-8, 9, size=n).astype(self.dtype)
 
-    def runner(self, algorithm: str) -> Callable[[], None]:
+    def runner(self, algorithm: str, rotate: bool = True) -> Callable[[], None]:
+        """One call of ``algorithm`` on this case's buffers, or with ``rotate`` on the
+        current cold set where they rotate (:meth:`advance` moves on, outside the call's
+        time)."""
         comm, send, recv = self.comm, self.send, self.recv
+        cold = self.cold if rotate else None
+        self._native_arguments: Callable | None = None
         if algorithm == registry.NATIVE:
             name, arguments = self.spec.native_args(
                 self.call, buffers.mpi_datatype(self.dtype),
                 MPI.SUM if self.spec.reduces else None)
             method = getattr(comm, name)
+            if cold is not None:        # the set's arguments made with it, in advance()
+                self._native_arguments = arguments
+                self.native_args = arguments(cold.send, cold.recv)
+                return lambda: method(*self.native_args)
             if isinstance(recv, np.ndarray) or buffers.gpu_aware():
                 args = arguments(*(b if isinstance(b, np.ndarray) or b is None else
                                    buffers.message(b) for b in (send, recv)))
@@ -84,7 +106,18 @@ class Case:
             algorithm = registry.NATIVE
         run, name, counts = api.run_collective, self.spec.name, self.counts
         op = "sum" if self.spec.reduces else None
+        if cold is not None:
+            return lambda: run(name, comm, cold.send, cold.recv, counts=counts, op=op,
+                               algorithm=algorithm)
         return lambda: run(name, comm, send, recv, counts=counts, op=op, algorithm=algorithm)
+
+    def advance(self) -> None:
+        """The next cold buffer set (and native's arguments on it); nothing when warm."""
+        cold = self.cold
+        if cold is not None:
+            cold.advance()
+            if self._native_arguments is not None:
+                self.native_args = self._native_arguments(cold.send, cold.recv)
 
     def resolve(self, algorithm: str) -> str:
         """The algorithm a name runs as ("auto" resolved for this case)."""
@@ -204,11 +237,14 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
         straggler: Straggler | None = None, min_time: float = 0.0,
-        memory: str = "host", skipped: str | None = None) -> list[Result]:
+        memory: str = "host", skipped: str | None = None, cold: bool = False
+        ) -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
     at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
     ``out`` as it goes (and a progress bar on stderr with ``progress``), its header saying
-    what was ``skipped``; buffers in ``memory`` ("host", or "cuda": GPU memory).  Returns the
+    what was ``skipped``, and last the average bus bandwidth of each algorithm; buffers in
+    ``memory`` ("host", or "cuda": GPU memory); with ``cold`` the timed calls rotate
+    through buffer sets of at least COLD_FACTOR last-level caches per rank.  Returns the
     results (on every rank)."""
     p = comm.size
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
@@ -228,6 +264,13 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         f"vs native = native time / time")
     say(f"# iterations per cell: at least {iterations}, and at least {min_time:g} s of them "
         f"(barriers included); {warmup} warm-up call(s) first")
+    cold_bytes = 0
+    if cold:
+        cache, where = last_level_cache()
+        cold_bytes = COLD_FACTOR * cache
+        say(f"# cold: each cell's timed calls rotate through buffer sets of at least "
+            f"{human_size(cold_bytes)}B per rank ({COLD_FACTOR} x the last-level cache, "
+            f"{human_size(cache)}B from {where}), each set on its own cache lines")
     if skipped:
         say(f"# {skipped}")
     if straggler is not None:
@@ -237,18 +280,18 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>7} {'time(us)':>11} {'spread':>7} "
         f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
     for size in sizes:
-        case = Case(comm, collective, size, dt, memory)
+        case = Case(comm, collective, size, dt, memory, cold_bytes)
         if case.count == 0:
             continue
         native_time = None
         for name in algorithms:
+            wrong = case.wrong(case.runner(name, rotate=False)) if check else 0
             runner = case.runner(name)
-            wrong = case.wrong(runner) if check else 0
             if straggler is not None:
                 runner = straggler.wrap(comm, name, runner)
             stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
             timing = _timed_with(stalls, lambda: time_runs(comm, runner, iterations, warmup,
-                                                           min_time=min_time))
+                                                           case.advance, min_time))
             t = timing.median_us
             if name == registry.NATIVE:
                 native_time = t
@@ -270,6 +313,8 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
                 bar.update(1)
     if bar is not None:
         bar.close()
+    for line in busbw_summary(results):
+        say(line)
     return results
 
 
@@ -303,6 +348,19 @@ def metadata(comm: MPI.Comm, argv: list[str]) -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def oversubscribed(comm: MPI.Comm) -> str | None:
+    """Where ranks outnumber the cores of their host ("4 ranks on 2 cores of host h", hosts
+    joined by "; "), the same on every rank; None where no host is.  Collective."""
+    host = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        mine = (platform.node(), host.Get_size(), os.cpu_count() or 1)
+    finally:
+        host.Free()
+    crowded = {entry for entry in comm.allgather(mine) if entry[1] > entry[2]}
+    return "; ".join(f"{ranks} ranks on {cores} core{'s' if cores > 1 else ''} of host {name}"
+                     for name, ranks, cores in sorted(crowded)) or None
+
+
 def main(args: Any, argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     algorithms = selected_algorithms(args.collective, args.algorithms, comm.size)
@@ -313,14 +371,21 @@ def main(args: Any, argv: list[str]) -> int:
     if args.device == "cuda" and not device.available():
         raise ValueError("--device cuda: no CUDA GPU here (numba.cuda finds none; "
                          "NUMBA_ENABLE_CUDASIM=1 simulates one)")
+    if args.cold and args.device != "host":
+        raise ValueError("--cold rotates host buffers: it takes --device host")
     note_if_alone(args.prog, comm.size, "benchmarking")      # the arguments hold: it runs
+    crowded = oversubscribed(comm)
+    if crowded and comm.rank == 0:
+        print(f"{args.prog}: warning: {crowded}: ranks wait for a core, so the times measure "
+              "the scheduler as much as the algorithms", file=sys.stderr, flush=True)
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
                   args.min_time, args.device,
-                  skipped_by_all(args.collective, args.algorithms, comm.size))
+                  skipped_by_all(args.collective, args.algorithms, comm.size), args.cold)
     if args.json and comm.rank == 0:
         meta = {**metadata(comm, argv), "min_iterations": args.iterations,
-                "min_time": args.min_time, "warmup": args.warmup}
+                "min_time": args.min_time, "warmup": args.warmup, "cold": args.cold,
+                "oversubscribed": crowded}
         write_json(args.json, meta, results)
     if args.plot and comm.rank == 0:
         plot(results, args.plot)

@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--device", choices=("host", "cuda"), default="host",
                         help="where the buffers live: host memory (default) or GPU memory "
                              "(cuda; MPI reads it if GPU-aware, else it is staged)")
+    parser.add_argument("--cold", action="store_true",
+                        help="rotate each cell's timed calls through buffers of at least "
+                             f"{timing.COLD_FACTOR} x the last-level cache per rank (sysfs, "
+                             "else sysconf, else 64 MiB), so that no call finds its data in "
+                             "the cache; host buffers only")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                         help="check the data once per size and algorithm (default on)")
     parser.add_argument("--json", metavar="FILE", type=arguments.output_file,

@@ -73,6 +73,28 @@ class Result:
     model_us: float | None = None     # hpccoll simulate: the cost model's prediction
 
 
+def busbw_summary(results: list[Result]) -> list[str]:
+    """nccl-tests' closing line for each algorithm: its bus bandwidth averaged over the sizes
+    it ran (an arithmetic mean, so the large sizes weigh most, as there), and that average
+    against native's where native ran the same sizes."""
+    rows: dict[str, list[Result]] = {}
+    for result in results:
+        rows.setdefault(result.algorithm, []).append(result)
+    native = rows.get(registry.NATIVE)
+    native_sizes = None if native is None else [r.bytes for r in native]
+    lines = []
+    for name, cells in rows.items():
+        average = sum(r.busbw_gbs for r in cells) / len(cells)
+        line = f"# Avg bus bandwidth {name:>20}: {average:9.3f} GB/s over {len(cells)} size" + \
+            ("s" if len(cells) > 1 else "")
+        if native is not None and name != registry.NATIVE and \
+                [r.bytes for r in cells] == native_sizes:
+            native_average = sum(r.busbw_gbs for r in native) / len(native)
+            line += f" ({average / native_average:.2f}x native's)"
+        lines.append(line)
+    return lines
+
+
 def plot(results: list[Result], path: str, title: str | None = None) -> None:
     """:func:`figure` of ``results`` written to ``path``; needs matplotlib (the ``plot``
     extra)."""

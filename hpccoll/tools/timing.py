@@ -13,13 +13,21 @@ run the same number of iterations.  With ``min_time`` 0 the count is exactly ``i
 The spread of a cell is that of its per-iteration times: the 10th and 90th percentiles, the
 minimum and maximum beside the median (and the mean, which rare stalls move and the median
 hides).
+
+Cold buffers (``hpccoll bench --cold``): a loop on one pair of buffers finds them in the
+cache after the first call (OSU's loops do), which flatters shared-memory transfers; a cold
+cell rotates through :class:`Rotation`'s buffer sets instead, as many as make a total of at
+least twice the last-level cache (:func:`last_level_cache`), each set starting on its own
+cache line, so every call reads and writes memory the previous ones have evicted.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -31,6 +39,12 @@ MIN_TIME = 0.2
 # no cell runs more than MAX_ITERATIONS iterations, whatever the estimate
 RESOLUTION = 1e-6
 MAX_ITERATIONS = 1_000_000
+# the last-level cache assumed where neither sysfs nor sysconf gives its size (bytes): more
+# than most hosts' (so cold buffers stay cold), little enough memory to rotate through
+FALLBACK_CACHE = 64 << 20
+CACHE_LINE = 64                 # bytes; each cold buffer set starts on a line of its own
+COLD_FACTOR = 2                 # cold buffer sets total at least this many last-level caches
+SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -114,3 +128,91 @@ def measure(run: Callable[[], None], iterations: int, warmup: int, min_time: flo
         count = min(iteration_count(per_iteration, 1, min_time - spent),
                     MAX_ITERATIONS - total)
     return Timing.of(np.concatenate(calls), spent)
+
+
+def last_level_cache(sysfs: Path = SYSFS_CACHES) -> tuple[int, str]:
+    """The size in bytes of this host's last-level cache, and where it was read: the
+    highest-level data or unified cache in sysfs, else glibc's sysconf (level 3, then 2),
+    else :data:`FALLBACK_CACHE`."""
+    best: tuple[int, int] | None = None             # (level, bytes)
+    for index in sorted(sysfs.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            size = _cache_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and size > 0 and (best is None or level > best[0]):
+            best = (level, size)
+    if best is not None:
+        return best[1], f"sysfs L{best[0]}"
+    for level in (3, 2):
+        name = f"SC_LEVEL{level}_CACHE_SIZE"
+        try:
+            size = os.sysconf(name) if name in os.sysconf_names else 0
+        except (OSError, ValueError):
+            size = 0
+        if size > 0:
+            return size, f"sysconf L{level}"
+    return FALLBACK_CACHE, "fallback"
+
+
+def _cache_size(text: str) -> int:
+    """sysfs's cache size ('32K', '32768K', '1M', '512') in bytes; ValueError if none."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
+class Rotation:
+    """Cold buffers for one cell: ``sets`` send and receive buffers of ``send_n`` and
+    ``recv_n`` elements (send_n 0: no send buffer), each set starting on its own cache line,
+    together at least ``total`` bytes (and at least two sets, so no call reuses the previous
+    call's buffers).  :meth:`advance` moves to the next set (``send``, ``recv``; ``index``);
+    every send buffer holds ``send_input`` and every receive buffer ``recv_input`` (None:
+    zeros), so each call sees the data a call on one pair of buffers would."""
+
+    def __init__(self, send_input: np.ndarray | None, recv_n: int, dtype: np.dtype,
+                 total: int, recv_input: np.ndarray | None = None):
+        dtype = np.dtype(dtype)
+        if recv_n < 1:
+            raise ValueError(f"cold buffers need a receive buffer, got {recv_n} elements")
+        send_n = 0 if send_input is None else send_input.size
+        line = max(CACHE_LINE // dtype.itemsize, 1)
+        self.send_stride, self.recv_stride = (-(-n // line) * line for n in (send_n, recv_n))
+        set_bytes = (self.send_stride + self.recv_stride) * dtype.itemsize
+        self.sets = max(2, -(-total // set_bytes))
+        self._send = None if send_input is None else \
+            _aligned(self.sets * self.send_stride, dtype)
+        self._recv = _aligned(self.sets * self.recv_stride, dtype)
+        if self._send is not None:
+            self._send.reshape(self.sets, -1)[:, :send_n] = send_input
+        if recv_input is not None:
+            self._recv.reshape(self.sets, -1)[:, :recv_n] = recv_input
+        self.send_n, self.recv_n, self.index = send_n, recv_n, -1
+        self.send: np.ndarray | None = None
+        self.recv: np.ndarray = self._recv[:0]
+        self.advance()
+
+    @property
+    def nbytes(self) -> int:
+        """The memory rotated through, bytes."""
+        return self._recv.nbytes + (0 if self._send is None else self._send.nbytes)
+
+    def advance(self) -> None:
+        """The next set of buffers in ``send`` and ``recv`` (after the last, the first)."""
+        i = self.index = (self.index + 1) % self.sets
+        if self._send is not None:
+            at = i * self.send_stride
+            self.send = self._send[at:at + self.send_n]
+        at = i * self.recv_stride
+        self.recv = self._recv[at:at + self.recv_n]
+
+
+def _aligned(n: int, dtype: np.dtype) -> np.ndarray:
+    """``n`` zeroed elements starting on a cache line (written, so that no call meets a
+    page's first touch)."""
+    raw = np.empty(n * dtype.itemsize + CACHE_LINE, np.uint8)
+    raw.fill(0)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start:start + n * dtype.itemsize].view(dtype)

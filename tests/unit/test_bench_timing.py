@@ -138,3 +138,83 @@ def test_the_spread_summary():
     assert summary.spread == pytest.approx((90.1 - 10.9) / 50.5)
     one = timing.Timing.of(np.array([2e-6]))
     assert one.p10_us == one.median_us == one.p90_us == pytest.approx(2) and one.spread == 0
+
+
+def _cache_dir(root, caches):
+    """A fake sysfs cache directory: (type, level, size text) per index."""
+    root.mkdir(exist_ok=True)
+    for i, (kind, level, size) in enumerate(caches):
+        index = root / f"index{i}"
+        index.mkdir()
+        (index / "type").write_text(kind + "\n")
+        (index / "level").write_text(f"{level}\n")
+        (index / "size").write_text(size + "\n")
+    return root
+
+
+def test_the_last_level_cache_is_the_highest_data_or_unified_level(tmp_path, monkeypatch):
+    sysfs = _cache_dir(tmp_path, [("Data", 1, "32K"), ("Instruction", 1, "32K"),
+                                  ("Unified", 2, "1024K"), ("Unified", 3, "32768K")])
+    assert timing.last_level_cache(sysfs) == (32 << 20, "sysfs L3")
+    other = _cache_dir(tmp_path / "b", [("Data", 1, "48K"), ("Unified", 2, "2M"),
+                                        ("Instruction", 3, "64M")])     # not data: ignored
+    assert timing.last_level_cache(other) == (2 << 20, "sysfs L2")
+    # no sysfs: sysconf's level 3, then the fallback
+    monkeypatch.setattr(timing.os, "sysconf_names", {"SC_LEVEL3_CACHE_SIZE": 194})
+    monkeypatch.setattr(timing.os, "sysconf", lambda name: 8 << 20)
+    assert timing.last_level_cache(tmp_path / "none") == (8 << 20, "sysconf L3")
+    monkeypatch.setattr(timing.os, "sysconf", lambda name: 0)       # glibc: unknown
+    assert timing.last_level_cache(tmp_path / "none") == (timing.FALLBACK_CACHE, "fallback")
+
+
+def test_an_unreadable_cache_size_is_passed_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing.os, "sysconf_names", {})
+    sysfs = _cache_dir(tmp_path, [("Unified", 2, "512K"), ("Unified", 3, "lots")])
+    assert timing.last_level_cache(sysfs) == (512 << 10, "sysfs L2")
+    assert timing._cache_size("512") == 512 and timing._cache_size("1M") == 1 << 20
+
+
+def test_cold_buffers_rotate_through_more_than_the_total_each_set_on_its_own_lines():
+    send = np.arange(3, dtype=np.float64)                  # 24 B: a line per buffer
+    rotation = timing.Rotation(send, 5, np.float64, total=1000)
+    assert rotation.sets == 8                              # 1000 B / (64 + 64) B, rounded up
+    assert rotation.nbytes == 8 * 128 >= 1000
+    seen = []
+    for call in range(rotation.sets + 1):
+        assert rotation.index == call % rotation.sets
+        assert rotation.send.size == 3 and rotation.recv.size == 5
+        assert np.array_equal(rotation.send, send) and not rotation.recv.any()
+        for array in (rotation.send, rotation.recv):
+            assert array.ctypes.data % timing.CACHE_LINE == 0 and array.flags.c_contiguous
+        seen.append((rotation.send.ctypes.data, rotation.recv.ctypes.data))
+        rotation.advance()
+    assert len(set(seen[:-1])) == rotation.sets and seen[-1] == seen[0]    # then around
+    assert len({address for pair in seen for address in pair}) == 2 * rotation.sets
+
+
+def test_cold_buffers_are_at_least_two_sets_and_hold_the_receive_input():
+    start = np.array([0, 7, 7, 0], np.int32)
+    rotation = timing.Rotation(None, 4, np.int32, total=1, recv_input=start)
+    assert rotation.sets == 2 and rotation.send is None
+    for _ in range(2):
+        assert np.array_equal(rotation.recv, start)
+        rotation.advance()
+    with pytest.raises(ValueError, match="receive buffer"):
+        timing.Rotation(None, 0, np.int32, total=1)
+
+
+def test_the_summary_averages_each_algorithms_bus_bandwidth_over_its_sizes():
+    from hpccoll.tools.results import Result, busbw_summary
+
+    def cell(name, size, busbw):
+        return Result("allreduce", name, 2, "float32", size, size // 4, 20, 1.0, busbw, busbw,
+                      None, 0)
+    results = [cell("native", 8, 1.0), cell("ring", 8, 2.0), cell("auto", 8, 1.0),
+               cell("native", 64, 3.0), cell("ring", 64, 4.0)]
+    lines = busbw_summary(results)
+    assert [line.split(":")[0].split()[-1] for line in lines] == ["native", "ring", "auto"]
+    assert lines[0].endswith("2.000 GB/s over 2 sizes")
+    assert lines[1].endswith("3.000 GB/s over 2 sizes (1.50x native's)")
+    # over other sizes than native's: no ratio
+    assert lines[2].endswith("1.000 GB/s over 1 size")
+    assert all(line.startswith("# Avg bus bandwidth") for line in lines)
