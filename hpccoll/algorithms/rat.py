@@ -22,10 +22,20 @@ s of every tree.
 
 A level whose regions all have a single sub-region (one rank per node, one node per rack,
 a single rack, ...) has nothing to aggregate and gets no step.  With the A remaining levels
-(the root's level included; A = l + 1 for l oversubscribed levels in the RAT paper's terms) the
-program has 2A steps and the longest dependency chain (:func:`hpccoll.traffic.dependency_chain`)
-is 2A = 2(l+1) message hops: leaf -> level aggregators -> root -> ... -> leaf.  Without a
-topology (or with one region only) A = 1 and RAT is the PS exchange below.
+(the root's level included; A = l + 1 for l oversubscribed levels in the RAT paper's terms)
+and a shard in one segment, the program has 2A steps and the longest dependency chain
+(:func:`hpccoll.traffic.dependency_chain`) is 2A = 2(l+1) message hops: leaf -> level
+aggregators -> root -> ... -> leaf.  Without a topology (or with one region only) A = 1 and
+RAT is the PS exchange below.
+
+Pipelining: a shard cut into K segments goes through the levels as a pipeline, segment k
+crossing the a-th aggregating level's hop up in step a + k and down in step 2A - 1 - a + k,
+so an aggregator forwards segment k upward while segment k + 1 still arrives from below (and
+the same on the way down): host links and uplinks are busy at once, in 2A + K - 1 steps
+instead of the 2A store-and-forward steps' host-links-then-uplinks.  The bytes, and so the
+cross-region traffic below, are the same for every K.  Option ``segment_bytes``; by default
+the K that minimises the pipeline's alpha-beta time, (2A + K - 1)(alpha + S/K beta) for a
+shard of S bytes, on the cost model's machine (:func:`default_segment_bytes`).
 
 Cross-region traffic, per tree: every region that does not contain the root sends exactly
 one message out (up) and receives exactly one in (down); the root's region exchanges one
@@ -43,6 +53,7 @@ Cost notation as in :mod:`hpccoll.algorithms.ring`.
 from __future__ import annotations
 
 import functools
+import math
 
 from ..registry import Cost, register
 from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, one_rank,
@@ -114,18 +125,37 @@ def _levels(p: int, topology) -> _Levels:
     return _Levels(p, topology)
 
 
+def default_segment_bytes(call: Call, levels: int, shard: int) -> int:
+    """The segment size (bytes, whole elements) that minimises the pipeline's alpha-beta time
+    on the cost model's machine: with K segments of a shard of ``shard`` elements, S bytes,
+    over A = ``levels`` levels, (2A + K - 1) steps of alpha + S/K beta (alpha with the step
+    overhead, beta of the links between nodes when there are several), least at an integer
+    next to sqrt((2A - 1) S beta / alpha)."""
+    from ..costmodel import machine_for
+    machine = machine_for(call)
+    several = call.topology is not None and call.topology.count(0) > 1
+    link = machine.inter if several else machine.intra
+    alpha, beta = link.alpha + machine.step_overhead, shard * call.itemsize / link.bandwidth
+    best = math.sqrt((2 * levels - 1) * beta / alpha)
+    k = min({max(1, math.floor(best)), max(1, math.ceil(best))},
+            key=lambda k: (2 * levels + k - 1) * (alpha + beta / k))
+    return max(1, math.ceil(shard / k)) * call.itemsize
+
+
 def _plan_trees(call: Call, topology) -> Program:
-    """The p concurrent trees over ``topology``'s levels (None: one level, PS)."""
+    """The p concurrent trees over ``topology``'s levels (None: one level, PS), pipelined:
+    segment k of a shard goes up the level-a hop (a-th level that aggregates) in step a + k
+    and down it in step 2A - 1 - a + k."""
     p, rank = call.p, call.rank
     shards, source, result = vector_blocks(call)
     if p == 1:
         return one_rank(source[0], result[0])
     levels = _levels(p, topology)
-    up = {level: s for s, level in enumerate(levels.active)}     # level -> its step going up
-    last = 2 * len(levels.active) - 1                             # going down: last - s
-    seg = segment_count(call)
-    steps = ProgramBuilder(last + 1)
-    landing = [0] * (last + 1)            # scratch used by each step's incoming partial sums
+    up = {level: s for s, level in enumerate(levels.active)}     # level -> its hop, a
+    down = 2 * len(levels.active) - 1                             # segment k's way down: down - a + k
+    seg = segment_count(call, default_segment_bytes(call, len(levels.active), max(shards)))
+    steps = ProgramBuilder(down + max(1, -(-max(shards) // seg)))
+    landing = [0] * len(steps.steps)      # scratch used by each step's incoming partial sums
 
     for t in range(p):
         if not shards[t]:
@@ -141,23 +171,20 @@ def _plan_trees(call: Call, topology) -> Program:
             kids = levels.children(rank, level, t)
             if not kids:
                 continue
-            s = up[level]
-            steps[s].copy(holds, result[t])
+            a = up[level]
+            steps[a].copy(holds, result[t])
             holds = result[t]
-            for kid in kids:
-                for piece in pieces:
-                    slot = Region(SCRATCH, landing[s], piece.count)
-                    landing[s] += piece.count
-                    steps[s].recv(kid, slot, on_arrival=(Reduce(piece, (piece, slot)),))
-            for kid in kids:
-                for piece in pieces:
-                    steps[last - s].send(kid, piece)
+            for k, piece in enumerate(pieces):
+                for kid in kids:
+                    slot = Region(SCRATCH, landing[a + k], piece.count)
+                    landing[a + k] += piece.count
+                    steps[a + k].recv(kid, slot, on_arrival=(Reduce(piece, (piece, slot)),))
+                    steps[down - a + k].send(kid, piece)
         if parent_level is not None:
-            s, parent = up[parent_level], path[parent_level]
-            for piece in segments(holds, seg):
-                steps[s].send(parent, piece)
-            for piece in pieces:
-                steps[last - s].recv(parent, piece)
+            a, parent = up[parent_level], path[parent_level]
+            for k, (piece, mine) in enumerate(zip(pieces, segments(holds, seg))):
+                steps[a + k].send(parent, mine)
+                steps[down - a + k].recv(parent, piece)
     return steps.program(scratch=max(landing))
 
 
@@ -168,36 +195,39 @@ _SENT = "n + (p - 2) * ceil(n / p)"
 
 @register("allreduce", "rat", family="rat", source="RAT (Wan et al.)",
           cost=Cost("2 * min(1, p - 1)", _SENT,
-                    "2(l+1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, l+1 levels that aggregate"))
+                    "(2(l+1)+K-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, l+1 levels that aggregate, "
+                    "K segments"))
 def plan_rat_allreduce(call: Call) -> Program:
     """Resilient allreduce trees (the RAT paper): one tree per root over the topology's levels,
     one aggregator per region and tree, shard t of the vector reduced up tree t and
     broadcast back down, all trees concurrently.
 
-    Rounds 2A for the A levels with something to aggregate (A = l + 1: the l oversubscribed
-    levels of the RAT paper plus the root's; 2 without a topology); longest dependency chain 2A.
+    Rounds 2A + K - 1 for the A levels with something to aggregate (A = l + 1: the l
+    oversubscribed levels of the RAT paper plus the root's; 1 without a topology) and shards
+    in K segments, pipelined through the levels (see above); 2A for one segment.
     Every rank but the root sends each shard once up and receives it once down: 2(p-1)n/p
     bytes sent per rank on average (aggregation rotates, so about that on every rank);
-    time about 2A alpha + 2(p-1)/p n beta + (p-1)/p n gamma, with up to p messages per rank
-    per step.  Across the boundaries of a level with G regions: 2(G-1)n bytes in all (the
+    time about (2A + K - 1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma, with up to p messages
+    per rank per step.  Across the boundaries of a level with G regions: 2(G-1)n bytes in all (the
     minimum), 2(G-1)/G n per region and direction at the outermost level with equal regions.
-    Large shards are cut into segments (option ``segment_bytes``, default 1 MiB), each
-    reduced as it lands.  Any p, any (uneven) regions, IN_PLACE.  Scratch: the incoming
-    partial sums of a step, about n.
+    Segments: option ``segment_bytes`` (default: the pipeline's best on the cost model's
+    machine), each reduced as it lands.  Any p, any (uneven) regions, IN_PLACE.  Scratch: the
+    incoming partial sums of a step, at most about n.
     """
     return _plan_trees(call, call.topology)
 
 
 @register("allreduce", "ps", family="ps", source="RAT's PS baseline",
-          cost=Cost("2 * min(1, p - 1)", _SENT, "2α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
+          cost=Cost("2 * min(1, p - 1)", _SENT, "(K+1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, K segments"))
 def plan_ps_allreduce(call: Call) -> Program:
     """Parameter-server exchange (the RAT paper's PS baseline): every rank serves one shard of
     the vector; all ranks send each shard straight to its server, which reduces the
     arrivals, then the servers send the results straight back (topology-unaware).
 
-    Rounds 2 (up to p-1 concurrent messages each); dependency chain 2; bytes sent per rank
+    Rounds 2 (up to p-1 concurrent messages each; K + 1 with shards in K segments, the
+    results of a segment going back while the next arrive); bytes sent per rank
     2(p-1)n/p; time about 2 alpha + 2(p-1)/p n beta + (p-1)/p n gamma on a full mesh.
     Across a region of w ranks out of p: 2 w (p-w)/p n each way, w times what RAT moves at
-    the outermost level.  Segmented like RAT.  Any p, IN_PLACE.  Scratch about n.
+    the outermost level.  Segmented and pipelined as RAT.  Any p, IN_PLACE.  Scratch about n.
     """
     return _plan_trees(call, None)

@@ -3,7 +3,7 @@ collectives at 5-8 ranks (test_mpi_collectives.py and test_mpi_rooted.py run eve
 algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the
 ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
 (options).  The Bine butterflies run where p is even (the all-to-all where it is a power of
-two)."""
+two); RAT, pipelined, on a topology of nodes and racks."""
 
 from __future__ import annotations
 
@@ -113,6 +113,23 @@ def test_allreduce_matches_native(mpi_ranks, comm):
                     hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op(op),
                                       algorithm=name)
                     check(inplace, want, f"{name} IN_PLACE {dtype} {op} n={n}")
+    # RAT pipelined through nodes of 2 and racks of 4 ranks: segments of 8 elements, and the
+    # default (several segments a shard for a vector this long)
+    from hpccoll.topology import Topology
+    sub = comm.Dup()
+    hpccoll.set_topology(sub, Topology.from_levels(node=[i // 2 for i in range(p)],
+                                                   rack=[i // 4 for i in range(p)]))
+    for n, options in [(0, {"segment_bytes": 64}), (1000, {"segment_bytes": 64}),
+                       (300_001, {})]:
+        send = data(r, n, "float64")
+        want = np.zeros(n)
+        comm.Allreduce(send, want)
+        got = np.zeros(n)
+        hpccoll.allreduce(sub, send, got, algorithm="rat", options=options)
+        check(got, want, f"rat {options} n={n}")
+        hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
+        check(send, want, f"rat IN_PLACE {options} n={n}")
+    sub.Free()
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)

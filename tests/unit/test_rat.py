@@ -1,6 +1,6 @@
 """RAT, PS and the hypercube reductions on given topologies (no MPI): verified for p = 1..33
 on 1, 2 and 4 racks, uneven racks and nodes, pods and interleaved numbering; their round
-counts and dependency chains."""
+counts and dependency chains; RAT's pipelined segments and their default size."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hpccoll import registry, traffic, verify
-from hpccoll.algorithms.rat import _levels
+from hpccoll.algorithms.rat import _levels, default_segment_bytes
+from hpccoll.costmodel import machine_for
 from hpccoll.schedule import Call
 from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
@@ -172,3 +173,44 @@ def test_rat_refuses_a_topology_of_another_size():
     call = uniform_call("allreduce", 4, 0, 8, topology=from_spec("nodes=3,ppn=2"))
     with pytest.raises(ValueError, match="topology describes 6 ranks, the call has p=4"):
         registry.get("allreduce", "rat").planner(call)
+
+
+def test_rat_pipelines_segments_through_the_levels():
+    """Shards in K segments: 2A + K - 1 rounds, a rack's aggregator sending a segment out of
+    the rack in a step where the next one arrives from inside it (host link and uplink busy
+    at once: store-and-forward levels use them in different steps), and the cross-rack bytes
+    still the minimum, 2(G-1)n for G racks."""
+    topology = from_spec("racks=3,nodes_per_rack=2,ppn=1")          # A = 2
+    p, segments = topology.size, 5
+    calls = _allreduce(p, p * 4 * segments, topology, options=(("segment_bytes", 4 * 8),))
+    assert _run("allreduce", "rat", calls).rounds == 2 * 2 + segments - 1
+    programs = [registry.get("allreduce", "rat").planner(c) for c in calls]
+    rack = topology.regions[1]
+    overlapped = [(r, s) for r, prog in enumerate(programs) for s, step in enumerate(prog.steps)
+                  if any(rack[x.peer] != rack[r] for x in step.sends)
+                  and any(rack[x.peer] == rack[r] for x in step.recvs)]
+    assert {s for _, s in overlapped} >= set(range(1, segments))
+    crossing = sum(send.count for r, prog in enumerate(programs) for _, send in prog.messages()
+                   if rack[send.peer] != rack[r])
+    assert crossing == 2 * (3 - 1) * calls[0].counts[0]
+
+
+def test_rat_default_segments_minimise_the_pipeline_time():
+    """By default a small shard is one segment and a large one the K whose pipeline time on
+    the cost model's machine, (2A + K - 1)(alpha + S/K beta), is least: no better at K +/- 1."""
+    topology = from_spec("racks=2,nodes_per_rack=4,ppn=1")          # A = 2
+    p = topology.size
+    small = uniform_call("allreduce", p, 0, 16 * p, topology=topology)
+    assert default_segment_bytes(small, 2, 16) == 16 * 8
+    assert len(registry.get("allreduce", "rat").planner(small).steps) == 4
+    shard = (64 << 20) // 8 // p
+    big = uniform_call("allreduce", p, 0, shard * p, topology=topology)
+    chosen = -(-shard * 8 // default_segment_bytes(big, 2, shard))
+    machine = machine_for(big)
+    link = machine.inter
+
+    def pipeline(k):
+        return (2 * 2 + k - 1) * (link.alpha + machine.step_overhead
+                                  + shard * 8 / k / link.bandwidth)
+    assert chosen > 1 and pipeline(chosen) <= min(pipeline(chosen - 1), pipeline(chosen + 1))
+    assert len(registry.get("allreduce", "rat").planner(big).steps) == 2 * 2 + chosen - 1
