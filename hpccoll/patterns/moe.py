@@ -6,9 +6,11 @@ router's top-k choices (T, k), and each MoE layer is two all-to-alls:
 
 - :func:`dispatch` copies every kept (token, k-slot) into one row for the rank that owns its
   expert (a counting sort by owner then expert id, in a Numba kernel), exchanges the per-expert
-  row counts (with every rank's status), then the rows (``hpccoll.alltoallv``, any algorithm),
-  and groups what it received by expert: the rows this rank's experts must process, in
-  ascending expert id, with a handle;
+  row counts (with every rank's status and size class), then the rows (any
+  ``hpccoll.alltoallv`` algorithm; ``auto`` decides once per size class, and native goes
+  straight to the MPI library's Ialltoallv, as the buffers are made here and need no
+  validation), and groups what it received by expert: the rows this rank's experts must
+  process, in ascending expert id, with a handle;
 - :func:`combine` sends the experts' outputs back along the same counts and forms, per token,
   the sum over its k slots of router weight times expert output (dropped slots give 0).
 
@@ -32,19 +34,25 @@ from __future__ import annotations
 import math
 import numbers
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
-from ..context import check_comm, context
+from .. import registry, settings, tuning
+from ..collectives import spec
+from ..context import Context, check_comm, context
 from ..runtime.agreement import ERROR_TYPES
 from ..runtime.progress import wait_requests
 from .sharding import split_counts
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# ``auto``'s row exchanges below this many bytes from the busiest rank (the smallest size of
+# its size class): the MPI library's own Ialltoallv, as no scheduled algorithm pays for its
+# planning when the counts are new on every call (perf/moe.md)
+NATIVE_BELOW = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -270,30 +278,41 @@ def _alike(num_experts: int, owner: np.ndarray, x: np.ndarray, capacity_factor: 
     return zlib.crc32(owner.tobytes(), zlib.crc32(text.encode()))
 
 
-def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray,
-                     status: tuple[int, int, int], error: BaseException | None
-                     ) -> tuple[np.ndarray, int]:
+def native_alltoallv(ctx: Context, send: np.ndarray, sendcounts: np.ndarray,
+                     recv: np.ndarray, recvcounts: np.ndarray, what: str) -> None:
+    """The MPI library's Ialltoallv of flat ``send`` into flat ``recv`` (counts in elements,
+    blocks laid end to end) on hpccoll's private duplicate of the communicator, waited for
+    under the deadline as hpccoll's native calls are: CommunicatorRevoked before any message
+    if the context is revoked, CollectiveTimeout (``what`` saying which exchange), not a
+    hang, when a rank never comes, and another rank's revocation noticed at the end."""
+    ctx.check()
+    request = ctx.comm.Ialltoallv([send, sendcounts], [recv, recvcounts])
+    wait_requests([request], what, memory=(send, recv, sendcounts, recvcounts), guard=ctx)
+    ctx.check_notices()
+
+
+def _exchange_counts(ctx: Context, rank: int, per_rank: np.ndarray, kept: np.ndarray,
+                     status: tuple[int, ...], error: BaseException | None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Send every rank its experts' row counts behind ``status`` = (error type index, the
-    :func:`_alike` checksum, slots dropped here) and receive the same from every rank, with
-    the MPI library's Ialltoallv on hpccoll's private duplicate of ``comm`` (so that ranks
-    passing different algorithms still meet) under the deadline: CollectiveTimeout, not a
-    hang, when a rank never comes.
+    :func:`_alike` checksum, slots dropped here, the size class of the rows sent here) and
+    receive the same from every rank, by :func:`native_alltoallv` (so that ranks passing
+    different algorithms still meet).
     Raise on every rank if any rank's arguments were wrong (the first failed rank's error
     type) or ranks passed differently what they must pass alike; else return the rows per
-    (source rank, own expert) and the slots dropped on all ranks."""
-    ranks, held = per_rank.size, int(per_rank[comm.Get_rank()])
-    starts = np.cumsum(per_rank) - per_rank
-    send = np.insert(kept, np.repeat(starts, len(status)), np.tile(status, ranks))
-    recv = np.empty((ranks, len(status) + held), np.int64)
-    check_comm(comm)
-    ctx = context(comm)
-    sendcounts, recvcounts = per_rank + len(status), np.full(ranks, len(status) + held)
-    request = ctx.comm.Ialltoallv([send, sendcounts], [recv.reshape(-1), recvcounts])
-    wait_requests([request], "moe.dispatch: the row counts",
-                  memory=(send, recv, sendcounts, recvcounts), guard=ctx)
+    (source rank, own expert) and every rank's status (a row per rank)."""
+    ranks, held, fields = per_rank.size, int(per_rank[rank]), len(status)
+    send = np.empty(per_rank.sum() + ranks * fields, np.int64)
+    head = np.zeros(send.size, bool)                    # each block's status fields
+    head[((np.cumsum(per_rank + fields) - per_rank - fields)[:, None] +
+          np.arange(fields)).reshape(-1)] = True
+    send[head] = np.tile(status, ranks)
+    send[~head] = kept
+    recv = np.empty((ranks, fields + held), np.int64)
+    native_alltoallv(ctx, send, per_rank + fields, recv.reshape(-1),
+                     np.full(ranks, fields + held), "moe.dispatch: the row counts")
     if error is not None:
-        raise type(error)(f"moe.dispatch failed on rank {comm.Get_rank()}: {error}") \
-            from error
+        raise type(error)(f"moe.dispatch failed on rank {rank}: {error}") from error
     failed = np.flatnonzero(recv[:, 0])
     if failed.size:
         first = int(failed[0])
@@ -303,7 +322,62 @@ def _exchange_counts(comm: MPI.Intracomm, per_rank: np.ndarray, kept: np.ndarray
     if differ:
         raise ValueError(f"moe.dispatch: ranks {differ} differ from rank 0 in num_experts, "
                          "owner, hidden size, dtype, capacity_factor or algorithm")
-    return recv[:, len(status):], int(recv[:, 2].sum())
+    return recv[:, fields:], recv[:, :fields]
+
+
+def size_class(nbytes: int) -> int:
+    """The size class of an exchange sending ``nbytes`` from one rank: its bit length (class
+    c holds 2^(c-1) to 2^c - 1 bytes; 0 holds nothing)."""
+    return int(nbytes).bit_length()
+
+
+def row_algorithm(algorithm: str, ctx: Context, itemsize: int, largest_class: int) -> str:
+    """The algorithm of a dispatch's and its combine's row exchanges: ``algorithm`` as
+    named, or for ``auto`` a decision made once per size class (``largest_class``: the
+    largest of any rank's rows, which every rank knows from the count exchange) and kept:
+    the MPI library's own Ialltoallv (:func:`native_alltoallv`) below :data:`NATIVE_BELOW`
+    bytes unless the environment or a tuning file names an alltoallv algorithm, above it
+    what hpccoll's tuning chooses for a uniform alltoallv of the class's size."""
+    if algorithm != "auto":
+        return algorithm
+    key = (ctx.topology, ctx.comm.Get_size(), itemsize, largest_class, NATIVE_BELOW,
+           settings.read("HPCCOLL_ALLTOALLV_ALGORITHM"), settings.read("HPCCOLL_TUNING_FILE"))
+    chosen = _decisions.get(key)
+    if chosen is None:
+        chosen = _decisions[key] = _decide(ctx, itemsize, largest_class)
+    return chosen
+
+
+_decisions: dict[tuple, str] = {}       # row_algorithm's decisions, by size class and setting
+
+
+def _decide(ctx: Context, itemsize: int, largest_class: int) -> str:
+    """:func:`row_algorithm`'s decision for ``auto`` in one size class."""
+    p = ctx.comm.Get_size()
+    nbytes = (1 << largest_class) >> 1                  # the class's smallest size
+    coll = spec("alltoallv")
+    call = replace(coll.uniform_call(p, ctx.comm.Get_rank(), max(nbytes // itemsize // p, 1)),
+                   itemsize=itemsize, topology=ctx.topology)
+    decision = tuning.decide(call, nbytes)
+    if decision.source == "cost model" and nbytes < NATIVE_BELOW:
+        return registry.NATIVE
+    return decision.algorithm
+
+
+def _exchange_rows(ctx: Context, comm: MPI.Intracomm, algorithm: str, send: np.ndarray,
+                   send_rows: np.ndarray, recv: np.ndarray, recv_rows: np.ndarray,
+                   what: str) -> None:
+    """Rows of ``send`` (``send_rows[d]`` to rank d, in rank order) into ``recv`` by
+    ``algorithm``: native by :func:`native_alltoallv` (the buffers are made here, right by
+    construction: nothing to validate), any other by ``hpccoll.alltoallv``."""
+    hidden = send.shape[1]
+    if algorithm == registry.NATIVE:
+        native_alltoallv(ctx, send.reshape(-1), send_rows * hidden, recv.reshape(-1),
+                         recv_rows * hidden, what)
+        return
+    from .. import alltoallv
+    alltoallv(comm, [send.reshape(-1), send_rows * hidden],
+              [recv.reshape(-1), recv_rows * hidden], algorithm=algorithm)
 
 
 # ------------------------------------------------------------------------------ the pattern
@@ -317,8 +391,9 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     each token's k experts and router weights; ``owner[e]``: the rank of expert e (default:
     the experts split contiguously, :func:`default_owner`); ``capacity_factor``: drop slots
     past each expert's capacity (module docstring); ``algorithm``: the ``hpccoll.alltoallv``
-    algorithm of the row exchanges (the counts go by the MPI library's Ialltoallv).
-    Collective over ``comm``.
+    algorithm of the row exchanges, ``auto`` decided once per size class
+    (:func:`row_algorithm`; the counts go by the MPI library's Ialltoallv).  Collective over
+    ``comm``.
 
     Returns ``(tokens, token_experts, handle)``: tokens (R, H) every row this rank's experts
     must process, grouped by expert in ascending expert id; token_experts (R,) the expert id
@@ -327,7 +402,6 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     A bad ``num_experts`` or ``owner`` raises ValueError at once (every rank must pass them
     alike: they size the count exchange); any other bad argument, on any rank, raises on
     every rank after the count exchange, which carries each rank's status."""
-    from .. import alltoallv
     ranks, rank = comm.Get_size(), comm.Get_rank()
     owner = _owner_map(owner, num_experts, ranks)
     per_rank = np.bincount(owner, minlength=ranks)       # experts held by each rank
@@ -336,26 +410,30 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
         capacity = expert_capacity(capacity_factor, *ids.shape, num_experts)
         send, kept, positions = pack(x, ids, _bucket_order(owner), capacity)
         dropped = ids.size - send.shape[0]
-        status = (0, _alike(num_experts, owner, x, capacity_factor, algorithm), dropped)
+        status = (0, _alike(num_experts, owner, x, capacity_factor, algorithm), dropped,
+                  size_class(send.nbytes))
         error = None
     except (TypeError, ValueError) as exc:
         kept, error = np.zeros(num_experts, np.int64), exc
         status = (ERROR_TYPES.index(TypeError if isinstance(exc, TypeError) else ValueError),
-                  0, 0)
-    recv_rows, dropped_total = _exchange_counts(comm, per_rank, kept, status, error)
+                  0, 0, 0)
+    check_comm(comm)
+    ctx = context(comm)
+    recv_rows, statuses = _exchange_counts(ctx, rank, per_rank, kept, status, error)
+    algorithm = row_algorithm(algorithm, ctx, x.dtype.itemsize, int(statuses[:, 3].max()))
 
     mine = np.flatnonzero(owner == rank)
     kept_before = np.concatenate(([0], np.cumsum(kept)))
     send_rows = np.diff(kept_before[np.concatenate(([0], np.cumsum(per_rank)))])
     hidden = x.shape[1]
     received = np.empty((int(recv_rows.sum()), hidden), x.dtype)
-    alltoallv(comm, [send.reshape(-1), send_rows * hidden],
-              [received.reshape(-1), recv_rows.sum(axis=1) * hidden], algorithm=algorithm)
+    _exchange_rows(ctx, comm, algorithm, send, send_rows, received, recv_rows.sum(axis=1),
+                   "moe.dispatch: the rows")
     tokens = regroup(received, recv_rows, to_experts=True)
     token_experts = np.repeat(mine, recv_rows.sum(axis=0))
     back_rows = positions + np.where(positions >= 0, owner[ids] + 1, 0)   # status rows
     handle = MoEHandle(comm, algorithm, hidden, x.dtype, back_rows, w, send_rows, recv_rows,
-                       mine, capacity, dropped, dropped_total)
+                       mine, capacity, dropped, int(statuses[:, 2].sum()))
     return tokens, token_experts, handle
 
 
@@ -368,7 +446,6 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
 
     Each block sent back starts with a status row, so a wrong ``expert_out`` on any rank
     raises ValueError on every rank without a message of its own."""
-    from .. import alltoallv
     comm, hidden = handle.comm, handle.hidden
     rows = int(handle.recv_rows.sum())
     error = None
@@ -386,8 +463,8 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
     outgoing[status_rows, 0] = error is not None
     from_rank = handle.send_rows + 1
     back = np.empty((int(from_rank.sum()), hidden), handle.dtype)
-    alltoallv(comm, [outgoing.reshape(-1), to_rank * hidden],
-              [back.reshape(-1), from_rank * hidden], algorithm=handle.algorithm)
+    _exchange_rows(context(comm), comm, handle.algorithm, outgoing, to_rank, back, from_rank,
+                   "moe.combine: the rows")
     if error is not None:
         raise ValueError(f"moe.combine failed on rank {comm.Get_rank()}: {error}")
     failed = np.flatnonzero(back[np.cumsum(from_rank) - from_rank, 0])

@@ -109,7 +109,43 @@ def algorithms(comm):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_dispatch_combine_match_reference(mpi_ranks, comm):
+def test_dispatch_combine_match_reference_and_refuse_bad_arguments(mpi_ranks, comm):
+    """One ``mpiexec`` launch per rank count: the cases against the reference, then the bad
+    arguments (check_bad_arguments_raise_on_every_rank)."""
+    check_dispatch_combine_match_reference(comm)
+    check_bad_arguments_raise_on_every_rank(comm)
+    check_auto_decides_alike_per_size_class(comm)
+
+
+def check_auto_decides_alike_per_size_class(comm):
+    """``auto``'s row algorithm: one for all ranks though only rank 0 sends rows (its size
+    class decides), native below NATIVE_BELOW, tuning's choice above it, the environment's
+    at any size; each run's result the same."""
+    import os
+
+    from hpccoll.patterns import combine, dispatch, moe
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((40 if comm.rank == 0 else 0, 6))
+    ids, w = rng.integers(0, 4, (x.shape[0], 2)), rng.random((x.shape[0], 2))
+    below, results = moe.NATIVE_BELOW, []
+    try:
+        for limit, forced in [(below, None), (0, None), (below, "pairwise")]:
+            moe.NATIVE_BELOW = limit
+            if forced:
+                os.environ["HPCCOLL_ALLTOALLV_ALGORITHM"] = forced
+            tokens, experts, handle = dispatch(x, ids, w, comm, 4)
+            assert comm.allgather(handle.algorithm) == [handle.algorithm] * comm.size
+            results.append((handle.algorithm, combine(expert_fn(experts, tokens), handle)))
+    finally:
+        moe.NATIVE_BELOW = below
+        os.environ.pop("HPCCOLL_ALLTOALLV_ALGORITHM", None)
+    assert results[0][0] == "native" and results[2][0] == "pairwise"
+    assert results[1][0] in algorithms(comm)[:-2]               # a scheduled one
+    for _, out in results[1:]:
+        np.testing.assert_allclose(out, results[0][1], rtol=1e-12, atol=1e-12)
+
+
+def check_dispatch_combine_match_reference(comm):
     from hpccoll.patterns import MoEHandle, combine, default_owner, dispatch
     p, r = comm.size, comm.rank
     hidden = 5
@@ -143,8 +179,7 @@ def test_dispatch_combine_match_reference(mpi_ranks, comm):
             np.testing.assert_allclose(out, want_out[r], rtol=tol, atol=tol, err_msg=what)
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
+def check_bad_arguments_raise_on_every_rank(comm):
     from hpccoll.patterns import combine, dispatch
     p, r = comm.size, comm.rank
     rng = np.random.default_rng(7)
