@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from . import settings
 from .prepared import Prepared, nothing, prepare
-from .requests import PersistentRequest, Request
+from .requests import PersistentRequest, Request, Started
 from .runtime import native, scheduled
 from .runtime.executor import Operation
 from .runtime.scheduled import Runner
@@ -48,7 +48,7 @@ class LastCall:
 
     __slots__ = ("comm", "no_send", "op", "root", "algorithm", "prepared", "ctx", "calls",
                  "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv", "alone",
-                 "sent", "received", "shape", "moves_nothing")
+                 "sent", "received", "shape", "moves_nothing", "tag")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
@@ -61,6 +61,7 @@ class LastCall:
         self.recv_n, self.dtype = recv.size, recv.dtype
         self.ignores_recv = prepared.ignores_recv       # a reduce's other ranks: send[:0]
         self.moves_nothing = prepared.moves_nothing
+        self.tag = prepared.tag()
         self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
             (send is None or send.shape == recv.shape)
         self.sent = self.received = nothing
@@ -108,7 +109,7 @@ class LastCall:
             if self.ignores_recv:       # (the binding's own space stands in for it)
                 recv = runner.recv
             code = runner.function(recv if send is None else send, recv, runner.state,
-                                   runner.handles, runner.polls)
+                                   runner.handles, runner.polls, self.tag)
             return code == scheduled.DONE or self.resume(code, send, recv)
         return self.run(send, recv)
 
@@ -118,12 +119,22 @@ class LastCall:
         ``wait()``); None (nothing sent) if not."""
         if self.prepared not in self.calls:
             return None
+        prepared, ctx, runner = self.prepared, self.ctx, self.runner
+        if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
+            slot = ctx.upcoming_slot()
+            started = Started.begin(runner, recv if send is None else send,
+                                    runner.recv if self.ignores_recv else recv,
+                                    prepared.tag(slot), prepared.reduce, (send, recv), ctx)
+            if started is not None:
+                ctx.next_slot()
+                return started
         if self.ignores_recv:
             recv = send[:0]
         if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return None
-        prepared = self.prepared
-        return prepared.start(send, recv, prepared.ctx.next_tags(), cache=False)
+        operation = prepared.start(send, recv, ctx.next_slot())
+        self.runner = getattr(operation, "runner", None)
+        return operation
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
@@ -144,7 +155,8 @@ class LastCall:
             return True
         if code == scheduled.MISMATCH:
             return self.run(send, recv)
-        Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx).wait()
+        Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx,
+                         self.tag).wait()
         return True
 
     def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
@@ -157,27 +169,40 @@ class LastCall:
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+_last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _NDARRAY = np.ndarray                       # (read on every call)
+_NOT_AGAIN = (nothing, nothing)
+
+
+def _again(last: LastCall | None, comm: Any, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
+           root: Any, algorithm: str, options: Any) -> tuple[Any, Any]:
+    """The (send, recv) arrays for :meth:`LastCall.repeat` or :meth:`LastCall.start` if this
+    call may be ``last`` again (the arrays still to be checked there), :data:`_NOT_AGAIN`
+    if not."""
+    if last is None or comm is not last.comm or op is not last.op or \
+            algorithm != last.algorithm or root != last.root or counts is not None or \
+            options is not None:
+        return _NOT_AGAIN
+    if last.send_n is None:
+        if sendbuf is not last.no_send:
+            return _NOT_AGAIN
+        sendbuf = None
+    elif type(sendbuf) is not _NDARRAY or sendbuf.dtype is not last.dtype:
+        return _NOT_AGAIN
+    if last.ignores_recv or type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype:
+        return sendbuf, recvbuf
+    return _NOT_AGAIN
 
 
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
                    counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
                    options: Mapping[str, Any] | None = None) -> None:
     """The blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a repeat
-    of the last one served at once (:class:`LastCall`; its checks inline, where every
-    function call counts), any other validated and prepared."""
+    of the last one served at once (:class:`LastCall`), any other validated and prepared."""
     last = _last_calls.get(collective)
-    if last is not None and comm is last.comm and op is last.op and \
-            algorithm == last.algorithm and root == last.root and counts is None and \
-            options is None:
-        if last.send_n is None:
-            repeat, send = sendbuf is last.no_send, None
-        else:
-            repeat = type(sendbuf) is _NDARRAY and sendbuf.dtype is last.dtype
-            send = sendbuf
-        if repeat and (last.ignores_recv or type(recvbuf) is _NDARRAY and
-                       recvbuf.dtype is last.dtype) and last.repeat(send, recvbuf):
-            return
+    arrays = _again(last, comm, sendbuf, recvbuf, counts, op, root, algorithm, options)
+    if arrays is not _NOT_AGAIN and last.repeat(*arrays):
+        return
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                    root=root, algorithm=algorithm, options=options)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
@@ -201,11 +226,25 @@ def run_prepared(prepared: Prepared, send: Any, recv: Any) -> None:
     prepared.start(send, recv).wait()
 
 
-def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
-                     ) -> Request:
-    """The non-blocking call of ``collective`` by name (keywords as :func:`prepare`'s)."""
-    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
-    return Request(prepared.start(send, recv, prepared.ctx.next_tags(), cache=False))
+def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
+                     counts: Any = None, op: Any = None, root: Any = 0, algorithm: str = "auto",
+                     options: Mapping[str, Any] | None = None) -> Request:
+    """The non-blocking call of ``collective`` by name (keywords as :func:`prepare`'s): a
+    repeat of the last one started again at once (:meth:`LastCall.start`), any other
+    validated and prepared."""
+    last = _last_starts.get(collective)
+    arrays = _again(last, comm, sendbuf, recvbuf, counts, op, root, algorithm, options)
+    if arrays is not _NOT_AGAIN:
+        started = last.start(*arrays)
+        if started is not None:
+            return Request(started)
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
+                                   root=root, algorithm=algorithm, options=options)
+    last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
+                       algorithm, options)
+    if last is not None:
+        _last_starts[collective] = last
+    return Request(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
 def init_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any

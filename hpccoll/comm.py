@@ -138,7 +138,7 @@ def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading |
 
 def _start(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Request:
     prepared, send, recv = _prepare(call, comm, algorithm, reading)
-    return Request(prepared.start(send, recv, prepared.ctx.next_tags(), cache=False))
+    return Request(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
 def _init(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Prequest:

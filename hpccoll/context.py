@@ -68,15 +68,19 @@ class Context:
         self.tag_span = 1 << 16 if tag_ub >= 1 << 20 else 1 << 8
         self.slots = (tag_ub + 1) // self.tag_span - 1      # the last slot: notices
         self.notice_tag = tag_ub
-        self.blocking_tags = (0, self.tag_span)
         self.slot = 0
 
-    def next_tags(self) -> tuple[int, int]:
-        """(base, span) tags for a non-blocking or persistent operation: slot 0 is for the
-        blocking calls, the others rotate; every rank starts operations in the same order,
-        so every rank draws the same slot."""
+    def next_slot(self) -> int:
+        """The first tag of the slot of ``tag_span`` tags for a non-blocking or persistent
+        operation: slot 0 is for the blocking calls, the others rotate; every rank starts
+        operations in the same order, so every rank draws the same slot."""
         self.slot = self.slot % (self.slots - 1) + 1
-        return self.slot * self.tag_span, self.tag_span
+        return self.slot * self.tag_span
+
+    def upcoming_slot(self) -> int:
+        """What :meth:`next_slot` will give, not drawn yet (for a start that may still find
+        it cannot run and send nothing)."""
+        return (self.slot % (self.slots - 1) + 1) * self.tag_span
 
     # ------------------------------------------------------------------- the failure model
 

@@ -42,8 +42,7 @@ class Prepared:
         self.plan: Plan | None = None
         self.reduce = None
         self.label = f"{args.collective}/{algorithm}"
-        self.shift = identity(args, algorithm) % ctx.tag_span
-        self.blocking_tags = (*ctx.blocking_tags, self.shift)
+        self.shift = identity(args, algorithm) % ctx.tag_span    # where in a slot its tags start
         self.compiled: NativeCall | None = None      # the compiled executor, where it runs
         # no rank sends or receives anything (sizes every rank passes alike, all zero): a
         # blocking call has nothing to do, as MPI libraries return from such calls at once
@@ -75,18 +74,17 @@ class Prepared:
                 self.reduce = kernels.reduction(args.op, args.dtype) if on_host \
                     else device.reduction(args.op)
 
-    def start(self, send: Any, recv: Any, tags: tuple[int, int] | None = None,
-              cache: bool = True) -> Any:
+    def start(self, send: Any, recv: Any, slot: int | None = None) -> Any:
         """Start on ``send``/``recv`` (send None when there is none) with the blocking calls'
-        tags, or ``tags`` of a non-blocking or persistent operation, on a cached binding or
-        (``cache`` False) one freed at the end; returns the operation.  Before any message: CommunicatorRevoked if the communicator
-        is, ValueError if the two buffers overlap."""
+        tags, or those of tag ``slot`` (:meth:`~hpccoll.context.Context.next_slot`) for a
+        non-blocking or persistent operation; returns the operation.  Before any message:
+        CommunicatorRevoked if the communicator is, ValueError if the two buffers overlap."""
         ctx = self.ctx
         ctx.check()
         addresses = check_apart(send, recv)
         if settings.current.check:
             agree(ctx.comm, self.args, self.algorithm, ctx)
-        if self.local_copy and tags is not None:
+        if self.local_copy and slot is not None:
             if send is not None:        # (C-contiguous, of one size: flat views, no copy)
                 recv.reshape(-1)[...] = send.reshape(-1)
             return COMPLETED
@@ -99,17 +97,21 @@ class Prepared:
                 addresses = check_apart(send, recv)
         if self.plan is None:
             if self.on_device and not self.staged:
-                send, recv = buffers.message(send), buffers.message(recv)
+                send, recv = None if send is None else buffers.message(send), \
+                    buffers.message(recv)
             return NativeOperation(self.label, self.start_native(send, recv), on_done,
                                    memory + (send, recv), ctx)
         window = None
         if self.plan.program.window:
             window = ctx.node_window(self.plan.program.window * self.args.dtype.itemsize,
                                      self.shift)
-        binding = self.plan.binding(ctx.comm, send, recv, addresses,
-                                    self.blocking_tags if tags is None else (*tags, self.shift),
-                                    cache, window)
-        return Operation(binding, self.reduce, on_done, memory + (send, recv), ctx).start()
+        binding = self.plan.binding(ctx.comm, send, recv, (*addresses, self.args.op), window)
+        return Operation(binding, self.reduce, on_done, memory + (send, recv), ctx,
+                         self.tag(slot)).start()
+
+    def tag(self, slot: int | None = None) -> int:
+        """The first tag of a run in tag ``slot`` (None: the blocking calls')."""
+        return (slot or 0) + self.shift
 
     def _stage(self, send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
         """The pinned host buffers for device ``send``/``recv`` (send None when there is
@@ -133,11 +135,6 @@ class Prepared:
                 self.host_busy = False
         return host_send, host_recv, copy_back
 
-    def release(self, tags: tuple[int, int]) -> None:
-        """Free the persistent requests made for tag range ``tags``."""
-        if self.plan is not None:
-            self.plan.release((*tags, self.shift))
-
 
 def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:
     """``start(send, recv)`` for the MPI library's own non-blocking collective (send None
@@ -150,21 +147,19 @@ def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.
 
 def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
-    one: an MPI library it recognises, a collective and dtype it takes, equal blocks and an
-    op the library predefines; None otherwise."""
+    one: an MPI library it recognises, a collective and dtype it takes, counts that pass as
+    C ints and an op the library predefines; None otherwise."""
     call = args.call
-    if len(set(call.counts)) > 1 or \
-            not native.runs(args.collective, args.dtype, max(call.counts, default=0)):
+    if not native.runs(args.collective, args.dtype, int(native.vectors(call).max(initial=0))):
         return None
     op = buffers.native_op(args.op, args.dtype) if args.op else None
     if op is not None and not op.is_predefined:
         return None
     send_n, recv_n = args.spec.sizes(call)
     no_send = call.in_place or args.spec.one_buffer
-    return NativeCall(args.collective, label, ctx.comm, ctx, call.counts[0], call.p,
-                      None if no_send else send_n,
+    return NativeCall(call, label, ctx.comm, ctx, None if no_send else send_n,
                       None if ignores_recvbuf(args.spec, call.rank, call.root) else recv_n,
-                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag, call.root)
+                      buffers.mpi_datatype(args.dtype), op, ctx.notice_tag)
 
 
 def nothing() -> None:

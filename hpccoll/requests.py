@@ -1,7 +1,8 @@
 """The request objects a started collective returns: :class:`Request` (non-blocking),
 :class:`PersistentRequest` (start/wait many times), :class:`NativeOperation`, the MPI
 library's own non-blocking collective under the same test/wait and deadline as the
-scheduled algorithms' operations, and :data:`COMPLETED`, an operation complete when started (a
+scheduled algorithms' operations, :class:`Started`, a run the compiled executor started
+without an operation, and :data:`COMPLETED`, an operation complete when started (a
 one-rank call's copy)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from . import settings
 from .runtime import abandoned
 from .runtime.executor import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
-from .runtime.scheduled import DONE, PENDING, Runner
+from .runtime.scheduled import DONE, MISMATCH, PENDING, Runner
 
 if TYPE_CHECKING:
     from .prepared import Prepared
@@ -48,7 +49,7 @@ settings.on_change(_note_settings)
 
 class PersistentRequest(Request):
     """A collective planned once and run many times on the same buffers: ``start()`` then
-    ``wait()`` (or ``test()``), again and again; ``free()`` releases its MPI requests.
+    ``wait()`` (or ``test()``), again and again; ``free()`` ends its use.
 
     States as MPI's persistent requests: inactive (made, or completed) -> ``start()`` ->
     active -> ``wait()``/``test()`` True -> inactive.  ``start()`` or ``free()`` while active
@@ -63,59 +64,39 @@ class PersistentRequest(Request):
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
         self._prepared, self._send, self._recv = prepared, sendbuf, recvbuf
-        self._tags = prepared.ctx.next_tags()
+        self._slot = prepared.ctx.next_slot()
+        self._tag = prepared.tag(self._slot)
         self._freed = False
         self._runner: Runner | None = None      # the compiled executor's, once it ran there
-        self._posted = False                    # started by the runner, not yet completed
 
     @property
     def active(self) -> bool:
-        return self._posted or self._operation is not None and not self._operation.done
+        return self._operation is not None and not self._operation.done
 
     def start(self) -> None:
         runner = self._runner
-        if runner is not None and not self._posted and runner.binding.runner is runner and \
+        if runner is not None and runner.binding.runner is runner and \
                 not runner.binding.busy and _plain and self._prepared.ctx.revoked is None:
-            self._operation = None
-            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 0)
-            if code == PENDING:
-                self._posted = runner.binding.busy = True
-            elif code != DONE:
-                self._resume(runner, code)
+            prepared = self._prepared
+            self._operation = Started.begin(runner, runner.send, runner.recv, self._tag,
+                                            prepared.reduce, (self._send, self._recv),
+                                            prepared.ctx)
             return
         if self._freed:
             raise RuntimeError("persistent collective started after free()")
         if self.active:
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
-        self._operation = operation = self._prepared.start(self._send, self._recv, self._tags)
+        self._operation = operation = self._prepared.start(self._send, self._recv, self._slot)
         if isinstance(operation, Operation) and not self._prepared.on_device:
             self._runner = operation.runner     # scheduled, on the user's host arrays
 
     def test(self) -> bool:
-        if self._posted:
-            self._resume(self._runner, PENDING)
         return self._operation is None or self._operation.test()
 
     def wait(self) -> None:
-        if self._posted:
-            runner = self._runner
-            code = runner.function(runner.send, runner.recv, runner.state, runner.handles,
-                                   runner.polls)
-            if code == DONE:
-                self._posted = runner.binding.busy = False
-                return
-            self._resume(runner, code)
         if self._operation is not None:
             self._operation.wait()
-
-    def _resume(self, runner: Runner, code: int) -> None:
-        """Continue a run of the runner's function that returned ``code`` (not done) in an
-        operation, which completes it, or raises, as on the first run."""
-        self._posted = runner.binding.busy = False
-        prepared = self._prepared
-        self._operation = Operation.resume(runner, code, prepared.reduce,
-                                           (self._send, self._recv), prepared.ctx)
 
     def free(self) -> None:
         if self.active:
@@ -123,7 +104,6 @@ class PersistentRequest(Request):
         if not self._freed:
             self._freed = True
             self._runner = None
-            self._prepared.release(self._tags)
 
 
 class NativeOperation:
@@ -163,6 +143,68 @@ class NativeOperation:
         self.memory = ()
         self.on_done()
         self.guard.check_notices()
+
+
+class Started:
+    """A run that a runner's function posted outside an operation (:meth:`begin`):
+    ``wait()`` calls the function directly, and is done if the run completes cleanly;
+    anything else (a ``test()``, a notice, a failure) continues the run in an
+    :class:`~hpccoll.runtime.executor.Operation`, which completes it or raises as on any
+    run.  ``memory``: the user's arrays, held meanwhile."""
+
+    __slots__ = ("runner", "tag", "reduce", "memory", "guard", "operation", "finished")
+
+    def __init__(self, runner: Runner, tag: int, reduce: Any, memory: tuple, guard: Guard):
+        self.runner, self.tag, self.reduce, self.memory, self.guard = \
+            runner, tag, reduce, memory, guard
+        self.operation: Operation | None = None
+        self.finished = False
+        runner.binding.busy = True
+
+    @classmethod
+    def begin(cls, runner: Runner, send: Any, recv: Any, tag: int, reduce: Any,
+              memory: tuple, guard: Guard) -> Any:
+        """Run ``runner`` on ``send``/``recv`` (its bound arrays, or like them), tagged from
+        ``tag``, until its first step is posted: the run (this, or an operation, or
+        :data:`COMPLETED` if it has no message to wait for), or None (nothing sent) if the
+        arrays are not the ones it is bound to."""
+        code = runner.function(send, recv, runner.state, runner.handles, 0, tag)
+        if code == PENDING:
+            return cls(runner, tag, reduce, memory, guard)
+        if code == DONE:
+            return COMPLETED
+        if code == MISMATCH:
+            return None
+        return Operation.resume(runner, code, reduce, memory, guard, tag)
+
+    @property
+    def done(self) -> bool:
+        return self.finished if self.operation is None else self.operation.done
+
+    def test(self) -> bool:
+        if self.operation is None:
+            if self.finished:
+                return True
+            self._continue(PENDING)
+        return self.operation.test()
+
+    def wait(self) -> None:
+        if self.operation is None:
+            if self.finished:
+                return
+            runner = self.runner
+            code = runner.function(runner.send, runner.recv, runner.state, runner.handles,
+                                   runner.polls, self.tag)
+            if code == DONE:
+                self.finished, runner.binding.busy, self.memory = True, False, ()
+                return
+            self._continue(code)
+        self.operation.wait()
+
+    def _continue(self, code: int) -> None:
+        """The run, where the function left it with ``code``, to an operation."""
+        self.operation = Operation.resume(self.runner, code, self.reduce, self.memory,
+                                          self.guard, self.tag)
 
 
 class _Done:

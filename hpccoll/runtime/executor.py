@@ -2,13 +2,16 @@
 
 A :class:`Plan` is a program compiled for one dtype.  Bound to concrete buffers it becomes a
 :class:`Binding`: views of the user's arrays (no copies for contiguous regions), scratch and
-packing space of its own, and one persistent request (``Send_init``/``Recv_init``) per
-transfer, so a repeated call costs a ``Startall`` per step; a step's local work is compiled
-into records over those views (:mod:`.ops`).  Bindings are cached per plan by buffer address
-and dropped as soon as the memory's owner is gone: their views borrow the user's memory
-(:func:`.buffers.borrowed`) and MPI gets raw addresses, so the cache never keeps user arrays
-alive; the operation running a binding holds the arrays meanwhile.  A binding in use is never
-evicted or freed.
+packing space of its own, and per step the messages to post (buffer, peer, direction);
+a step's local work is compiled into records over those views (:mod:`.ops`).  A binding holds
+no MPI request and no tag: each operation posts a step's messages (``Isend``/``Irecv``) with
+the tags it was given (step ``i`` of an operation whose first tag is ``t`` is tagged
+:func:`step_tag`), so one binding serves blocking calls, non-blocking ones and persistent
+requests alike.  Bindings are cached per plan by buffer address and dropped as soon as the
+memory's owner is gone: their views borrow the user's memory (:func:`.buffers.borrowed`) and
+MPI gets raw addresses, so the cache never keeps user arrays alive; the operation running a
+binding holds the arrays meanwhile (and its binding, if the cache drops it); a second
+operation on the same buffers meanwhile gets a binding of its own.
 
 An :class:`Operation` runs a binding step by step without blocking (``test``) or to the end
 (``wait``); blocking calls, non-blocking calls and persistent requests all use it.  A step
@@ -46,10 +49,16 @@ Transfer = Send | Recv
 _test_some = MPI.Request.Testsome
 
 
+def step_tag(first: int, span: int, index: int) -> int:
+    """The tag of step ``index`` of an operation whose first tag is ``first``: the steps'
+    tags rotate within the slot of ``span`` tags that holds ``first``."""
+    return first - first % span + (first + index) % span
+
+
 @dataclass
 class _CompiledStep:
     index: int
-    requests: list[MPI.Prequest]
+    posts: list[tuple[Callable, Any, int]]  # per request: Irecv or Isend, buffer spec, peer
     peers: list[tuple[str, int]]          # ('from'|'to', rank) per request
     packs: list[MoveOp]                   # packing before the sends start
     local: list[Op]
@@ -72,47 +81,28 @@ class Plan:
         self.staging = max((_staging_count(s) for _, s in self.steps), default=0)
         self.bindings: OrderedDict[tuple, Binding] = OrderedDict()
 
-    def binding(self, comm: MPI.Comm, send: Any, recv: Any, addresses: tuple[int, int],
-                tags: tuple[int, int, int], cache: bool,
+    def binding(self, comm: MPI.Comm, send: Any, recv: Any, key: tuple[int, int, str | None],
                 window: NodeWindow | None = None) -> "Binding":
-        """A binding of this plan to ``send``/``recv`` (at ``addresses``), step s tagged
-        ``base + (shift + s) % span`` for ``tags = (base, span, shift)``, and to the node
-        ``window`` if the program uses one; cached ones are reused while their buffers' memory
-        (and the window) is alive and no other operation uses them; others are freed when their
-        operation ends."""
-        key = (addresses, tags)
+        """A binding of this plan to ``send``/``recv`` for ``key`` (their addresses and the
+        op, which its compiled runner reduces with), and to the node ``window`` if the program
+        uses one; cached ones are reused while their buffers' memory
+        (and the window) is alive and no other operation uses them, the least recently used
+        beyond :data:`BINDINGS_PER_PLAN` dropped; one made while the cached one is in use is
+        not kept."""
         found = self.bindings.get(key)
         if found is not None:
             if found.alive():
                 if not found.busy:
                     self.bindings.move_to_end(key)
                     return found
-            else:
-                del self.bindings[key]
-                found.release()
-                found = None
-        fresh = Binding(self, comm, send, recv, tags, window)
-        if cache and found is None:
-            self.bindings[key] = fresh
-            if len(self.bindings) > BINDINGS_PER_PLAN:
-                self._evict()
-        else:
-            fresh.transient = True
+                return Binding(self, comm, send, recv, window)
+            del self.bindings[key]
+        fresh = self.bindings[key] = Binding(self, comm, send, recv, window)
+        while len(self.bindings) > BINDINGS_PER_PLAN:
+            self.bindings.popitem(last=False)
         return fresh
 
-    def release(self, tags: tuple[int, int, int]) -> None:
-        """Free the cached bindings made for ``tags`` (a persistent request's)."""
-        for key in [key for key in self.bindings if key[1] == tags]:
-            self.bindings.pop(key).release()
-
-    def _evict(self) -> None:
-        """Drop the least recently used bindings beyond :data:`BINDINGS_PER_PLAN`."""
-        for key in list(self.bindings)[:len(self.bindings) - BINDINGS_PER_PLAN]:
-            self.bindings.pop(key).release()
-
     def free(self) -> None:
-        for binding in self.bindings.values():
-            binding.release()
         self.bindings.clear()
 
 
@@ -122,14 +112,13 @@ def _staging_count(step: Step) -> int:
 
 
 class Binding:
-    """A plan bound to buffers: views, scratch, staging and persistent requests."""
+    """A plan bound to buffers: views, scratch, staging and each step's messages."""
 
     def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any,
-                 tags: tuple[int, int, int], window: NodeWindow | None):
+                 window: NodeWindow | None):
         self.plan = plan
         self.comm = comm
         self.busy = False
-        self.transient = False
         self.uses = 0
         self.runner: scheduled.Runner | None = None     # the compiled executor's, once made
         self.memory_kind = memory = buffers.kind(recv)
@@ -144,7 +133,7 @@ class Binding:
         self.mpi_type = buffers.mpi_datatype(dtype)
         self.window = window if plan.program.window else None
         if self.window is None:
-            self.steps_by_parity = [[self._compile(comm, i, step, tags) for i, step in plan.steps]]
+            self.steps_by_parity = [[self._compile(comm, i, step) for i, step in plan.steps]]
             return
         if memory != buffers.HOST:
             raise NotImplementedError("shared-window algorithms work on host memory: pass "
@@ -153,7 +142,7 @@ class Binding:
         self.steps_by_parity = []
         for parity in (0, 1):
             self.views[WINDOW] = self.window.view(parity, dtype, plan.program.window)
-            self.steps_by_parity.append([self._compile(comm, i, step, tags)
+            self.steps_by_parity.append([self._compile(comm, i, step)
                                          for i, step in plan.steps])
 
     def compiled(self, reduction: kernels.Reduction | None, guard: Guard
@@ -162,8 +151,7 @@ class Binding:
         one can run it (:func:`.scheduled.runs`); None: the Python executor runs it."""
         self.uses += 1
         if self.uses == 2 and scheduled.runs(self, reduction):
-            self.runner = scheduled.Runner(self, reduction and reduction.op, self.comm,
-                                           guard.notice_tag)
+            self.runner = scheduled.Runner(self, reduction and reduction.op, self.comm, guard)
         return self.runner
 
     def alive(self) -> bool:
@@ -173,14 +161,11 @@ class Binding:
     def view(self, region: Region) -> Any:
         return self.views[region.buffer][region.offset:region.stop]
 
-    def _compile(self, comm: MPI.Comm, index: int, step: Step,
-                 tags: tuple[int, int, int]) -> _CompiledStep:
+    def _compile(self, comm: MPI.Comm, index: int, step: Step) -> _CompiledStep:
         if step.sync:
             return _CompiledStep(index, [], [], [], [], {}, [], [], [], sync=True)
-        base, span, shift = tags
-        tag = base + (shift + index) % span
         messages = _messages(step)
-        requests, peers, packs, arrivals = [], [], [], {}
+        posts, peers, packs, arrivals = [], [], [], {}
         for i, ((way, transfer), packed_at) in enumerate(messages):
             if packed_at is None:
                 buffer, ops = self.view(transfer.regions[0]), []
@@ -191,14 +176,14 @@ class Binding:
                 ops += [self._op(op) for op in transfer.on_arrival]
                 if ops:
                     arrivals[i] = ops
-                requests.append(comm.Recv_init(buffers.mpi_buffer(buffer, self.mpi_type),
-                                               transfer.peer, tag))
+                posts.append((comm.Irecv, buffers.mpi_buffer(buffer, self.mpi_type),
+                              transfer.peer))
             else:
                 packs += ops
-                requests.append(comm.Send_init(buffers.mpi_buffer(buffer, self.mpi_type),
-                                               transfer.peer, tag))
+                posts.append((comm.Isend, buffers.mpi_buffer(buffer, self.mpi_type),
+                              transfer.peer))
             peers.append((way, transfer.peer))
-        return _CompiledStep(index, requests, peers, packs, [self._op(op) for op in step.local],
+        return _CompiledStep(index, posts, peers, packs, [self._op(op) for op in step.local],
                              arrivals, messages, *_results(step))
 
     def _op(self, op: LocalOp) -> Op:
@@ -232,26 +217,6 @@ class Binding:
                 np.array([r.count for r in blocks], np.int64), gather))
         return MoveOp(tuple(movers))
 
-    def requests(self) -> list[MPI.Prequest]:
-        return [r for steps in self.steps_by_parity for step in steps if not step.sync
-                for r in step.requests]
-
-    def release(self) -> None:
-        """Free now, or when the operation using it ends."""
-        if self.busy:
-            self.transient = True
-        else:
-            self.free()
-
-    def free(self) -> None:
-        """Free the persistent requests (none may be active)."""
-        for request in self.requests():
-            if request != MPI.REQUEST_NULL:
-                request.Free()
-        self.steps_by_parity = [[]]
-        self.runner = None
-
-
 def _messages(step: Step) -> list[tuple[tuple[str, Transfer], int | None]]:
     """A step's transfers in the order of its requests (receives first), each with where it
     is packed in the staging buffer: None for a message of one region (sent from, or received
@@ -284,21 +249,25 @@ def _nothing() -> None:
 
 
 class Operation:
-    """One execution of a binding: ``start`` posts the first step; ``wait`` runs to the end,
-    ``test`` advances as far as it can without blocking.  ``memory``: the user's arrays,
-    held while it runs (the binding only borrows them); ``guard``: the communicator's
-    context, which is revoked if the operation fails (see the module doc)."""
+    """One execution of a binding, its messages tagged from ``tag`` (:func:`step_tag`):
+    ``start`` posts the first step; ``wait`` runs to the end, ``test`` advances as far as it
+    can without blocking.  ``memory``: the user's arrays, held while it runs (the binding
+    only borrows them); ``guard``: the communicator's context, which is revoked if the
+    operation fails (see the module doc)."""
 
-    __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "position", "deadline",
-                 "limit", "done", "steps", "pending", "tested", "runner")
+    __slots__ = ("binding", "reduce", "on_done", "memory", "guard", "tag", "position",
+                 "deadline", "limit", "done", "steps", "requests", "pending", "tested",
+                 "runner")
 
     def __init__(self, binding: Binding, reduce: kernels.Reduction | None,
-                 on_done: Callable[[], None], memory: tuple, guard: Guard):
+                 on_done: Callable[[], None], memory: tuple, guard: Guard, tag: int):
         self.binding = binding
         self.reduce = reduce
         self.on_done = on_done
         self.memory = memory
         self.guard = guard
+        self.tag = tag
+        self.requests: list[MPI.Request] = []   # the posted step's, as its peers list them
         self.position = 0
         self.limit = settings.current.timeout
         self.deadline: float | None = None
@@ -319,17 +288,18 @@ class Operation:
             else:
                 self.runner = runner
                 self._ran(runner.function(runner.send, runner.recv, runner.state,
-                                          runner.handles, 0))
+                                          runner.handles, 0, self.tag))
         except BaseException as error:
             raise self._fail(error) from None
         return self
 
     @classmethod
     def resume(cls, runner: scheduled.Runner, code: int, reduce: kernels.Reduction | None,
-               memory: tuple, guard: Guard) -> "Operation":
-        """The operation of a run that ``runner``'s function began outside one and left with
-        ``code`` (not :data:`~.scheduled.DONE`): it takes over the binding."""
-        operation = cls(runner.binding, reduce, _nothing, memory, guard)
+               memory: tuple, guard: Guard, tag: int) -> "Operation":
+        """The operation of a run that ``runner``'s function began outside one (tagged from
+        ``tag``) and left with ``code`` (not :data:`~.scheduled.DONE`): it takes over the
+        binding."""
+        operation = cls(runner.binding, reduce, _nothing, memory, guard, tag)
         runner.binding.busy = True
         operation.steps = runner.binding.steps_by_parity[0]
         operation.runner = runner
@@ -355,16 +325,16 @@ class Operation:
         """Run with the compiled function until done, yielding the core between its calls
         once it has polled ``polls`` times, with the deadline and notices checked here."""
         runner = self.runner
-        function, send, recv, state, handles = \
-            runner.function, runner.send, runner.recv, runner.state, runner.handles
-        code = function(send, recv, state, handles, polls)
+        function, send, recv, state, handles, tag = \
+            runner.function, runner.send, runner.recv, runner.state, runner.handles, self.tag
+        code = function(send, recv, state, handles, polls, tag)
         spins = 0
         while code == scheduled.PENDING:
             spins += 1
             if spins % 64 == 0:
                 self._check_compiled()
             os.sched_yield()
-            code = function(send, recv, state, handles, 1)
+            code = function(send, recv, state, handles, 1, tag)
         self._ran(code)
 
     def _check_compiled(self) -> None:
@@ -373,7 +343,8 @@ class Operation:
         self.position = runner.step()
         if self.limit is not None and MPI.Wtime() - runner.started() > self.limit:
             plan = self.binding.plan
-            raise _timeout(plan.label, self.steps[self.position], len(plan.program.steps))
+            raise _timeout(plan.label, self.steps[self.position], len(plan.program.steps),
+                           runner.in_flight())
         if self.guard.interrupted():
             raise self.guard.notice()
 
@@ -385,14 +356,15 @@ class Operation:
             if step.sync:
                 window = self.binding.window
                 window.segment.win.Sync()
-                step.requests = [window.node_comm.Ibarrier()]
-            elif step.packs:
-                run_ops(step.packs, self.reduce)
-            if step.requests and not step.sync:
-                MPI.Prequest.Startall(step.requests)
+                self.requests = [window.node_comm.Ibarrier()]
+            else:
+                if step.packs:
+                    run_ops(step.packs, self.reduce)
+                tag = step_tag(self.tag, self.guard.tag_span, step.index)
+                self.requests = [post(buffer, peer, tag) for post, buffer, peer in step.posts]
             if step.local:
                 run_ops(step.local, self.reduce)
-            if step.requests:
+            if self.requests:
                 if self.limit is not None:
                     self.deadline = time.monotonic() + self.limit
                 self.tested = None
@@ -402,7 +374,7 @@ class Operation:
 
     def _complete(self, step: _CompiledStep) -> None:
         """Wait for the current step, then post the next."""
-        if MPI.Request.Testall(step.requests):
+        if MPI.Request.Testall(self.requests):
             if step.arrivals:
                 tested = self.tested
                 self._arrived(step, step.arrivals if tested is None else
@@ -453,7 +425,8 @@ class Operation:
     def _test(self) -> bool:
         runner = self.runner
         if runner is not None and not self.done:
-            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 1)
+            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 1,
+                                   self.tag)
             if code == scheduled.PENDING:
                 self._check_compiled()
                 return False
@@ -462,13 +435,13 @@ class Operation:
         steps = self.steps
         while not self.done:
             step = steps[self.position]
-            done = MPI.Request.Testsome(step.requests)
+            done = MPI.Request.Testsome(self.requests)
             while done:
                 self._arrived(step, done)
                 if self.tested is None:
                     self.tested = set()
                 self.tested.update(done)
-                done = MPI.Request.Testsome(step.requests)
+                done = MPI.Request.Testsome(self.requests)
             if done is not None:
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     self._wait_step(step)   # past the deadline: raises with the details
@@ -489,19 +462,19 @@ class Operation:
         """Complete the current step's transfers, running arrival operations as they land;
         CollectiveTimeout past the deadline (or the guard's error if another rank revoked
         the communicator meanwhile)."""
-        self.pending = len(step.requests)
+        self.pending = len(self.requests)
         if poll(self._step_done, self.deadline, self.guard.interrupted):
             return
         if not past(self.deadline):
             raise self.guard.notice()
         plan = self.binding.plan
-        raise _timeout(plan.label, step, len(plan.program.steps))
+        raise _timeout(plan.label, step, len(plan.program.steps), self.requests)
 
     def _step_done(self) -> bool:
         """Whether the current step's transfers are all complete (arrival operations run for
         those that just completed)."""
         step = self.steps[self.position]
-        done = _test_some(step.requests)
+        done = _test_some(self.requests)
         if done is None:                    # no active request left
             return True
         if done:
@@ -524,13 +497,10 @@ class Operation:
             if cached is binding:
                 del plan.bindings[key]
         step = self.steps[self.position] if self.position < len(self.steps) else None
-        requests = binding.requests()
-        if step is not None and step.sync:
-            requests += step.requests
-        else:
-            receives = [] if step is None else \
-                [i for i, (way, _) in enumerate(step.peers) if way == "from"]
-            abandoned.cancel_receives(step.requests if step else [], receives)
+        requests = self.runner.in_flight() if self.runner is not None else self.requests
+        if step is not None and not step.sync:
+            abandoned.cancel_receives(requests, [i for i, (way, _) in enumerate(step.peers)
+                                                 if way == "from"])
         binding.steps_by_parity = [[]]     # never started again
         binding.runner = None
         abandoned.hold(plan.label, requests, binding, self.memory)
@@ -544,19 +514,19 @@ class Operation:
         binding.busy = False
         if self.runner is not None and notices:
             self.runner.rewind()            # finished here, not by the compiled function
-        if binding.transient:
-            binding.free()
         self.on_done()
         if notices:
             self.guard.check_notices()
 
 
-def _timeout(label: str, step: _CompiledStep, steps: int) -> BaseException:
-    """CollectiveTimeout for ``step``, saying which of its transfers are still open."""
+def _timeout(label: str, step: _CompiledStep, steps: int, requests: list[MPI.Request]
+             ) -> BaseException:
+    """CollectiveTimeout for ``step``, saying which of its transfers (``requests``, as its
+    peers list them) are still open."""
     what = f"{label} step {step.index} (of {steps})"
     if step.sync:
         return timeout(what, "not every rank of the node reached the window synchronisation")
-    open_ = [i for i, r in enumerate(step.requests) if not r.Test()]
+    open_ = [i for i, r in enumerate(requests) if not r.Test()]
     waiting = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "from"})
     sending = sorted({peer for i in open_ for d, peer in [step.peers[i]] if d == "to"})
     parts = []
@@ -578,7 +548,7 @@ def _post_with_stalls(operation: Operation) -> None:
     for step in operation.steps[operation.position:]:
         if _STALLS.random() < probability:
             time.sleep(seconds)
-        if step.requests or step.sync:
+        if step.posts or step.sync:
             break
     _post_steps(operation)
 

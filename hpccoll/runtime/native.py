@@ -2,7 +2,7 @@
 ``algorithm="native"`` (and of ``auto`` where it resolves to native) for blocking calls.
 
 One Numba-compiled function (:func:`_compiled`) posts the library's non-blocking collective
-(``MPI_Iallreduce``, ``MPI_Iallgather``, ``MPI_Ialltoall``, ``MPI_Ireduce_scatter``,
+(``MPI_Iallreduce``, ``MPI_Iallgather(v)``, ``MPI_Ialltoall(v)``, ``MPI_Ireduce_scatter``,
 ``MPI_Ibcast``, ``MPI_Ireduce`` -- the calls mpi4py's native path makes, so that the library
 runs the same algorithms)
 through function pointers to the symbols of the library mpi4py loaded, with the handles
@@ -38,17 +38,22 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..schedule import Call, offsets
 from . import abandoned, libmpi, progress
 from .libmpi import c_double, c_int, plain
 
-# the calls this executor runs: collective name -> code in the state array
+# the calls this executor runs: collective name -> code in the state array (allgather's
+# uneven blocks: MPI_Iallgatherv)
 KINDS = {"allreduce": libmpi.IALLREDUCE, "allgather": libmpi.IALLGATHER,
-         "alltoall": libmpi.IALLTOALL, "reduce_scatter": libmpi.IREDUCE_SCATTER,
-         "bcast": libmpi.IBCAST, "reduce": libmpi.IREDUCE}
+         "alltoall": libmpi.IALLTOALL, "alltoallv": libmpi.IALLTOALLV,
+         "reduce_scatter": libmpi.IREDUCE_SCATTER, "bcast": libmpi.IBCAST,
+         "reduce": libmpi.IREDUCE}
 LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through mpi4py)
 # the state array: constants, then scratch; the status gets room for any MPI_Status
-(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, COUNTS, SEND_N, RECV_N, NOTICE_TAG, ANY_SOURCE,
- IN_PLACE, ROOT, POLLS, FUNCTION) = range(15)
+(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, VECTORS, ROW, SEND_N, RECV_N, NOTICE_TAG,
+ ANY_SOURCE, IN_PLACE, ROOT, POLLS, FUNCTION) = range(16)
+# the rows of the vectors array (C ints, one per rank): what the vector forms take
+SEND_COUNTS, SEND_DISPLS, RECV_COUNTS, RECV_DISPLS = range(4)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
 STATE_WORDS = STATUS + libmpi.STATUS_WORDS
 DATATYPE, OP, COMM = range(3)       # the handles array
@@ -56,30 +61,46 @@ DATATYPE, OP, COMM = range(3)       # the handles array
 DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
 
 
-def runs(collective: str, dtype: np.dtype, count: int = 0) -> bool:
+def runs(collective: str, dtype: np.dtype, largest: int = 0) -> bool:
     """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
-    on the CPU) in blocks of ``count`` elements (C ints) with this MPI library
-    (:func:`available`)."""
+    on the CPU) with counts and displacements up to ``largest`` elements (C ints) with this
+    MPI library (:func:`available`)."""
     return collective in KINDS and np.dtype(dtype) != np.float16 and \
-        count <= LARGEST_COUNT and libmpi.available()
+        largest <= LARGEST_COUNT and libmpi.available()
+
+
+def vectors(call: Call) -> np.ndarray:
+    """The counts and displacements of ``call`` as the vector forms take them (rows
+    :data:`SEND_COUNTS` ... :data:`RECV_DISPLS`; reduce_scatter's recvcounts and allgather's
+    blocks are the receive rows), in elements."""
+    if call.collective in ("alltoall", "alltoallv"):
+        rows = (call.counts, call.sdispls, call.recvcounts, call.rdispls)
+    else:
+        rows = ((), (), call.counts, offsets(call.counts) if call.counts else ())
+    return np.array([list(row) or [0] * len(call.counts) for row in rows],
+                    np.int64).reshape(4, -1)
 
 
 class NativeCall:
     """A validated blocking call of the library's own collective on the compiled executor:
     :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype."""
 
-    def __init__(self, collective: str, label: str, comm: MPI.Comm, guard: Any,
-                 count: int, p: int, send_n: int | None, recv_n: int | None,
-                 datatype: MPI.Datatype, op: MPI.Op | None, notice_tag: int, root: int = 0):
+    def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
+                 send_n: int | None, recv_n: int | None, datatype: MPI.Datatype,
+                 op: MPI.Op | None, notice_tag: int):
         """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
         receive buffer is not used (a reduce's non-root ranks)."""
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:STATUS] = libmpi.addresses()
-        state[KIND], state[COUNT], state[ROOT] = KINDS[collective], count, root
+        kind = KINDS[call.collective]
+        if kind == libmpi.IALLGATHER and len(set(call.counts)) > 1:
+            kind = libmpi.IALLGATHERV
+        state[KIND], state[ROOT] = kind, call.root
+        state[COUNT] = call.counts[call.rank if kind == libmpi.IALLGATHERV else 0]
         state[RECV_N] = -1 if recv_n is None else recv_n
-        self.counts = np.full(p, count, np.intc)        # reduce_scatter's recvcounts
-        state[COUNTS] = self.counts.ctypes.data
+        self.vectors = vectors(call).astype(np.intc)
+        state[VECTORS], state[ROW] = self.vectors.ctypes.data, self.vectors[0].nbytes
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
         self.handles = np.array([libmpi.handle(datatype), 0 if op is None else libmpi.handle(op),
@@ -139,9 +160,9 @@ def executor(collective: str, dtype: np.dtype) -> str:
     if not libmpi.available():
         return ("mpi4py's non-blocking collective (the compiled executor does not know this "
                 f"MPI library: {MPI.get_vendor()[0]})")
-    return (f"compiled: {libmpi.FUNCTIONS[KINDS[collective]]} of {MPI.get_vendor()[0]} called from "
-            "Numba code (blocking calls on NumPy arrays with equal blocks and a predefined "
-            "op; other calls through mpi4py)")
+    return (f"compiled: {libmpi.FUNCTIONS[KINDS[collective]]} of {MPI.get_vendor()[0]} "
+            "called from Numba code (blocking calls on NumPy arrays, a predefined op; other "
+            "calls through mpi4py)")
 
 
 @lru_cache(maxsize=1)
@@ -172,12 +193,23 @@ def _compiled() -> Any:
         kind, count = state[KIND], np.int32(state[COUNT])
         datatype, op, comm = handles[DATATYPE], handles[OP], handles[COMM]
         root = np.int32(state[ROOT])
+        row = state[ROW]
+        recv_counts, recv_displs = state[VECTORS] + RECV_COUNTS * row, \
+            state[VECTORS] + RECV_DISPLS * row
         if kind == libmpi.IALLREDUCE:
             error = c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
                                             request))
         elif kind == libmpi.IREDUCE_SCATTER:
-            error = c_int(function[kind], (send_at, recv_at, state[COUNTS], datatype, op,
+            error = c_int(function[kind], (send_at, recv_at, recv_counts, datatype, op,
                                             comm, request))
+        elif kind == libmpi.IALLGATHERV:
+            error = c_int(function[kind], (send_at, count, datatype, recv_at, recv_counts,
+                                            recv_displs, datatype, comm, request))
+        elif kind == libmpi.IALLTOALLV:
+            error = c_int(function[kind], (send_at, state[VECTORS] + SEND_COUNTS * row,
+                                            state[VECTORS] + SEND_DISPLS * row, datatype,
+                                            recv_at, recv_counts, recv_displs, datatype, comm,
+                                            request))
         elif kind == libmpi.IBCAST:
             error = c_int(function[kind], (recv_at, count, datatype, root, comm, request))
         elif kind == libmpi.IREDUCE:

@@ -50,6 +50,7 @@ class Guard(Protocol):
     """What watches a communicator's waits (:class:`hpccoll.context.Context`)."""
 
     notice_tag: int         # the tag of revocation notices (compiled code probes for them)
+    tag_span: int           # how many tags an operation's steps rotate through
 
     def interrupted(self) -> bool:
         """Whether another rank has revoked the communicator (cheap: polled while waiting)."""

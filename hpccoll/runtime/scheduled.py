@@ -1,15 +1,16 @@
 """A bound schedule run from compiled code: the fast executor of the scheduled algorithms.
 
 A :class:`~.executor.Binding` used a second time (a repeated call on the same buffers, a
-persistent request's second start) gets a :class:`Runner`: its steps as tables in one int64
-array -- per step its persistent requests, packing, local work and per-request work on
-arrival; the work as copy, pairwise-reduction and one-pass row-reduction records over raw
-addresses -- and one Numba-compiled function (:func:`_compiled`) that runs them: it packs,
-calls ``MPI_Startall`` on the step's requests (the handles mpi4py made, through the
-library's function pointers, :mod:`.libmpi`), does the step's local work, polls
-``MPI_Testsome`` and does each arrival's work as it lands, then the next step, all without
-returning to Python; at the end it probes for a revocation notice as the other executor's
-operations do.
+non-blocking call's or a persistent request's second start on them) gets a :class:`Runner`:
+its steps as tables in one int64 array -- per step its messages (address, count, peer,
+direction), packing, local work and per-message work on arrival; the work as copy,
+pairwise-reduction and one-pass row-reduction records over raw addresses -- and one
+Numba-compiled function (:func:`_compiled`) that runs them: it packs, posts the step's
+messages with ``MPI_Irecv``/``MPI_Isend`` (through the library's function pointers,
+:mod:`.libmpi`), tagged as :func:`.executor.step_tag` says for the run's first tag, does the
+step's local work, polls ``MPI_Testsome`` and does each arrival's work as it lands, then the
+next step, all without returning to Python; at the end it probes for a revocation notice as
+the other executor's operations do.
 
 Deadlines and failures stay with :class:`~.executor.Operation`: the function polls a number
 of times (as many idle polls as every wait spins before it yields the core, :mod:`.progress`)
@@ -17,13 +18,15 @@ and returns :data:`PENDING`; the operation then yields the core between further 
 one poll each, checks the step's deadline (counted from the step's post, as on the other
 executor) and another rank's revocation notices, and on any failure abandons the binding as
 it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a failure are
-unchanged.  The function also checks the buffers it is given against the bound ones
+unchanged (:meth:`Runner.in_flight` gives the operation the step's open requests).  The
+function also checks the buffers it is given against the bound ones
 (addresses, sizes, layout, writability): a repeat on other arrays is :data:`MISMATCH`, and the
 caller binds them in Python.
 
 It runs where every piece is compiled: host memory, no shared window, a dtype Numba computes
 with (not float16; booleans only when reducing), an op with a kernel (MPI's predefined ones)
-and an MPI library :mod:`.libmpi` knows; elsewhere the Python executor runs.  The function
+an MPI library :mod:`.libmpi` knows, and messages of at most 2^31-1 elements (counts pass as
+C ints); elsewhere the Python executor runs.  The function
 is compiled per op, dtype and handle width, cached on disk (a first use in a fresh cache
 compiles for a few seconds).
 """
@@ -44,16 +47,24 @@ from .ops import terms
 
 if TYPE_CHECKING:
     from .executor import Binding
+    from .progress import Guard
 
 # the state array's header: where the run is, then the call's constants, the tables' places
 # and the addresses of the library's functions
 (POSITION, POSTED, REMAINING, ERROR, STEP_TIME, STEPS, SEND_AT, SEND_N, RECV_AT, RECV_N,
- IN_PLACE, NOTICE_TAG, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE, ARRIVAL_TABLE,
- OP_TABLE, INDICES, STATUSES, FUNCTION) = range(22)
+ IN_PLACE, NOTICE_TAG, TAG_SPAN, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE,
+ MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, FUNCTION) = range(24)
 HEADER = FUNCTION + len(libmpi.FUNCTIONS)
-# a step's row: its requests (first, count) among the handles, its packing and local work
-REQ_FIRST, REQ_N, PACK_FIRST, PACK_END, LOCAL_FIRST, LOCAL_END = range(6)
-STEP_WORDS = 6
+# a step's row: its index in the program (for its tag), its messages (first, count) among
+# the requests, its packing and local work
+INDEX, REQ_FIRST, REQ_N, PACK_FIRST, PACK_END, LOCAL_FIRST, LOCAL_END = range(7)
+STEP_WORDS = 7
+# a message's row: the library function posting it (MPI_Irecv or MPI_Isend), address,
+# count, peer
+POST, ADDRESS, ELEMENTS, PEER = range(4)
+MESSAGE_WORDS = 4
+COMM, DATATYPE = range(2)           # the handles array, then the requests'
+LARGEST_COUNT = 2**31 - 1           # elements in a message
 # a record of work: what, where to, from where (a, b), how many elements, rows
 KIND, DST, A, B, COUNT, ROWS = range(6)
 OP_WORDS = 6
@@ -66,11 +77,14 @@ COMPUTABLE = "iufc"     # element kinds the compiled work handles (booleans: whe
 def runs(binding: Binding, reduction: Reduction | None) -> bool:
     """Whether a :class:`Runner` can run ``binding`` reducing with ``reduction`` (None: the
     call reduces nothing)."""
-    dtype = binding.plan.dtype
+    plan = binding.plan
+    dtype = plan.dtype
     return binding.window is None and binding.memory_kind == buffers.HOST and \
         dtype != np.float16 and (dtype.kind in COMPUTABLE or dtype.kind == "b" and
                                  reduction is not None) and \
-        (reduction is None or reduction.op is not None) and libmpi.available()
+        (reduction is None or reduction.op is not None) and libmpi.available() and \
+        all(t.count <= LARGEST_COUNT for _, step in plan.steps
+            for t in (*step.sends, *step.recvs))
 
 
 def executor(family: str, dtype: np.dtype) -> str:
@@ -83,50 +97,53 @@ def executor(family: str, dtype: np.dtype) -> str:
         return f"{python} (the compiled executor takes no {dtype})"
     if not libmpi.available():
         return f"{python} (the compiled executor does not know {MPI.get_vendor()[0]})"
-    return (f"compiled from a call's second run on the same buffers: each step's MPI_Startall "
-            f"and MPI_Testsome of {MPI.get_vendor()[0]}, packing, copies and reductions in "
+    return (f"compiled from a call's second run on the same buffers: each step's MPI_Irecv, "
+            f"MPI_Isend and MPI_Testsome of {MPI.get_vendor()[0]}, packing, copies and "
+            "reductions in "
             "one Numba function (host arrays, predefined ops; the first run, device arrays "
             "and user-defined ops on the schedule executor in Python)")
 
 
 class Runner:
     """A binding's steps on the compiled executor: ``function(send, recv, state, handles,
-    polls)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or resumes
-    the call, polling a step ``polls`` times before it returns :data:`PENDING` (0: post the
-    first step and return).  It may run while ``binding.runner is`` this runner (the binding
+    polls, tag)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or
+    resumes the call whose first tag is ``tag``, polling a step ``polls`` times before it
+    returns :data:`PENDING` (0: post the first step and return).  It may run while ``binding.runner is`` this runner (the binding
     not freed or abandoned) and ``binding.busy`` is false (no run in flight on it): its
     callers check that inline, where every call counts."""
 
     __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls")
 
-    def __init__(self, binding: Binding, op: str | None, comm: MPI.Comm, notice_tag: int):
+    def __init__(self, binding: Binding, op: str | None, comm: MPI.Comm, guard: Guard):
         self.binding = binding
         send, recv = binding.views["send"], binding.views["recv"]
         in_place = send.size == 0
         self.send, self.recv = (recv if in_place else send), recv
-        steps = binding.steps_by_parity[0]
-        tables, requests = _tables(binding)
-        most = max((len(step.requests) for step in steps), default=0)
+        tables = _tables(binding)
+        messages = len(tables["messages"])
+        most = max((n for _, _, n, *_ in tables["steps"]), default=0)
         at = HEADER
         places = {}
-        for name, words in (("steps", len(steps) * STEP_WORDS), ("arrivals", 2 * len(requests)),
+        for name, words in (("steps", len(tables["steps"]) * STEP_WORDS),
+                            ("messages", messages * MESSAGE_WORDS), ("arrivals", 2 * messages),
                             ("ops", len(tables["ops"]) * OP_WORDS), ("indices", most // 2 + 1),
                             ("statuses", most * libmpi.STATUS_WORDS)):
             places[name], at = at, at + words
         state = self.state = np.zeros(at, np.int64)
-        state[STEPS], state[STEP_TABLE], state[ARRIVAL_TABLE] = \
-            len(steps), places["steps"], places["arrivals"]
+        state[STEPS], state[STEP_TABLE], state[MESSAGE_TABLE], state[ARRIVAL_TABLE] = \
+            len(tables["steps"]), places["steps"], places["messages"], places["arrivals"]
         state[OP_TABLE], state[INDICES], state[STATUSES] = \
             places["ops"], places["indices"], places["statuses"]
         state[SEND_AT], state[SEND_N] = self.send.ctypes.data, self.send.size
         state[RECV_AT], state[RECV_N], state[IN_PLACE] = recv.ctypes.data, recv.size, in_place
-        state[NOTICE_TAG], state[ANY_SOURCE], state[UNDEFINED] = \
-            notice_tag, MPI.ANY_SOURCE, MPI.UNDEFINED
+        state[NOTICE_TAG], state[TAG_SPAN], state[ANY_SOURCE], state[UNDEFINED] = \
+            guard.notice_tag, guard.tag_span, MPI.ANY_SOURCE, MPI.UNDEFINED
         state[FUNCTION:HEADER] = libmpi.addresses()
-        for name in ("steps", "arrivals", "ops"):
+        for name in ("steps", "messages", "arrivals", "ops"):
             rows = np.asarray(tables[name], np.int64).reshape(-1)
             state[places[name]:places[name] + rows.size] = rows
-        self.handles = np.array([libmpi.handle(comm), *map(libmpi.handle, requests)],
+        self.handles = np.array([libmpi.handle(comm), libmpi.handle(binding.mpi_type),
+                                 *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
         self.function = _compiled(op or "sum")
@@ -147,9 +164,21 @@ class Runner:
         """Forget a run the Python executor finished (the next starts at the first step)."""
         self.state[POSITION] = self.state[POSTED] = 0
 
+    def in_flight(self) -> list[MPI.Request]:
+        """The current step's requests (as its peers list them; completed ones null), for the
+        operation that abandons or times out the run."""
+        position = int(self.state[POSITION])
+        if position >= self.state[STEPS]:
+            return []
+        row = self.state[STEP_TABLE] + position * STEP_WORDS
+        first = DATATYPE + 1 + int(self.state[row + REQ_FIRST])
+        mask = (1 << 8 * self.handles.itemsize) - 1
+        return [MPI.Request.fromhandle(int(h) & mask)
+                for h in self.handles[first:first + int(self.state[row + REQ_N])]]
 
-def _tables(binding: Binding) -> tuple[dict[str, list], list[MPI.Prequest]]:
-    """The rows of a binding's step, arrival and work tables, and its requests in order."""
+
+def _tables(binding: Binding) -> dict[str, list[tuple[int, ...]]]:
+    """The rows of a binding's step, message, arrival and work tables."""
     plan = binding.plan
     itemsize = plan.dtype.itemsize
     base = {name: view.ctypes.data for name, view in binding.views.items()}
@@ -177,16 +206,17 @@ def _tables(binding: Binding) -> tuple[dict[str, list], list[MPI.Prequest]]:
                        (COPY, at(region), packed, 0, region.count, 0))
             packed_at += region.count
 
-    steps, arrivals, requests = [], [], []
-    for compiled, (_, step) in zip(binding.steps_by_parity[0], plan.steps):
+    steps, messages, arrivals = [], [], []
+    for compiled in binding.steps_by_parity[0]:
         first = len(ops)
         for (way, transfer), packed_at in compiled.messages:
             if way == "to" and packed_at is not None:
                 move(transfer.regions, packed_at, gather=True)
         packed = len(ops)
-        for op in step.local:
+        for op in plan.program.steps[compiled.index].local:
             work(op)
-        steps.append((len(requests), len(compiled.requests), first, packed, packed, len(ops)))
+        steps.append((compiled.index, len(messages), len(compiled.messages), first, packed,
+                      packed, len(ops)))
         for (way, transfer), packed_at in compiled.messages:
             start = len(ops)
             if way == "from":
@@ -195,13 +225,16 @@ def _tables(binding: Binding) -> tuple[dict[str, list], list[MPI.Prequest]]:
                 for op in transfer.on_arrival:
                     work(op)
             arrivals.append((start, len(ops)))
-        requests.extend(compiled.requests)
-    return {"steps": steps, "arrivals": arrivals, "ops": ops}, requests
+            address = at(transfer.regions[0]) if packed_at is None else \
+                staging + packed_at * itemsize
+            messages.append((libmpi.IRECV if way == "from" else libmpi.ISEND, address,
+                             transfer.count, transfer.peer))
+    return {"steps": steps, "messages": messages, "arrivals": arrivals, "ops": ops}
 
 
 @lru_cache(maxsize=None)
 def _compiled(op: str) -> Any:
-    """``function(send, recv, state, handles, polls)`` reducing with ``op``, compiled (Numba
+    """``function(send, recv, state, handles, polls, tag)`` reducing with ``op``, compiled (Numba
     imported on first use); see the module doc and :class:`Runner`."""
     from numba import njit
     from .kernels import _jit
@@ -209,7 +242,7 @@ def _compiled(op: str) -> Any:
     libmpi.register()
 
     @njit(cache=True)
-    def function(send, recv, state, handles, polls):
+    def function(send, recv, state, handles, polls, tag):
         if recv.size != state[RECV_N] or np.int64(recv.ctypes.data) != state[RECV_AT] or \
                 not plain(recv, True):
             return MISMATCH
@@ -218,8 +251,8 @@ def _compiled(op: str) -> Any:
                 or not plain(send, False)):
             return MISMATCH
         function = state[FUNCTION:HEADER]
-        comm = handles[0]
-        requests_at = np.int64(handles.ctypes.data) + handles.itemsize
+        comm, datatype = handles[COMM], handles[DATATYPE]
+        requests_at = np.int64(handles.ctypes.data) + (DATATYPE + 1) * handles.itemsize
         base = np.int64(state.ctypes.data)
         outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
         indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
@@ -247,9 +280,14 @@ def _compiled(op: str) -> Any:
             first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
             if state[POSTED] == 0:
                 work(state[step + PACK_FIRST], state[step + PACK_END])
-                if n:
-                    error = c_int(function[libmpi.STARTALL], (n, requests_at + first *
-                                                              handles.itemsize))
+                span = state[TAG_SPAN]
+                step_tag = np.int32(tag - tag % span + (tag + state[step + INDEX]) % span)
+                for k in range(first, first + n):
+                    row = state[MESSAGE_TABLE] + k * MESSAGE_WORDS
+                    error = c_int(function[state[row + POST]], (
+                        state[row + ADDRESS], np.int32(state[row + ELEMENTS]), datatype,
+                        np.int32(state[row + PEER]), step_tag, comm,
+                        requests_at + k * handles.itemsize))
                     if error:
                         state[ERROR] = error
                         return FAILED

@@ -47,13 +47,13 @@ def host(array):
 @pytest.mark.mpi(ranks=RANKS, timeout=600)
 def test_every_algorithm_on_device_arrays_matches_numpy(mpi_ranks, comm):
     p, r = comm.size, comm.rank
-    for path, duplicate in list(each_path(comm)):
+    for path, duplicate in each_path(comm):
         run_every_collective(duplicate, path, p, r, numba_memory())
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
 def test_nonblocking_and_persistent_on_device(mpi_ranks, comm):
-    for path, duplicate in list(each_path(comm)):
+    for path, duplicate in each_path(comm):
         run_nonblocking_and_persistent(comm, duplicate, path, comm.rank, numba_memory())
 
 

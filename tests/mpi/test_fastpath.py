@@ -573,6 +573,70 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     assert MPI.Is_initialized()
 
 
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
+    """Non-blocking calls of every scheduled algorithm started again and again on the same
+    arrays, through the functions and through hpccoll.Comm: from the third start the
+    compiled executor posts them without validation (a Started run), completed by wait()
+    or by polling test(); four in flight at once (on the same send array), completed in
+    reverse order; and a start where one rank passes other arrays (it validates, the others
+    take the fast path) draws the same tag slot everywhere -- each result equal to NumPy's."""
+    import hpccoll
+    from hpccoll.requests import Started
+    from hpccoll.runtime import libmpi
+    p, r = comm.size, comm.rank
+    seed = iter(range(100_000))
+
+    def check(collective, algorithm, start, send, recv):
+        xs = inputs(p, send.size, "float64", next(seed))
+        send[...] = xs[r]
+        recv[...] = -1
+        request = start(send, recv)
+        if next(seed) % 2:
+            test = getattr(request, "Test", request.test)      # (Comm's: mpi4py's names)
+            while not test():
+                pass
+        else:
+            request.wait()
+        want = reduced(collective, xs, r, "sum") if collective in ("allreduce",
+                                                                    "reduce_scatter") \
+            else expected(collective, xs, r, "sum")
+        assert np.array_equal(recv, want), (collective, algorithm)
+        return request
+
+    for collective in COLLECTIVES:
+        name = "I" + {"reduce_scatter": "reduce_scatter_block"}.get(collective, collective)
+        for algorithm in applicable(collective, p):
+            method = getattr(hpccoll.Comm(comm, algorithms={collective: algorithm}), name)
+            send = np.empty(send_size(collective, p, 6), np.float64)
+            recv = np.empty(recv_size(collective, p, 6), np.float64)
+            function = getattr(hpccoll, "i" + collective)
+            for start in (lambda s, r: function(comm, s, r, algorithm=algorithm),
+                          lambda s, r: method(s, r)):
+                runs = [check(collective, algorithm, start, send, recv) for _ in range(4)]
+                request = runs[-1]
+                run = request._request if isinstance(request, hpccoll.comm.Request) else \
+                    request._operation
+                assert isinstance(run, Started) == libmpi.available(), (collective, algorithm)
+            others = [np.empty_like(recv) for _ in range(4)]
+            xs = inputs(p, send.size, "float64", next(seed))
+            send[...] = xs[r]
+            requests = [function(comm, send, other, algorithm=algorithm) for other in others]
+            for request in requests[::-1]:
+                request.wait()
+            want = expected(collective, xs, r, "sum") if collective in ("allgather",
+                                                                         "alltoall") \
+                else reduced(collective, xs, r, "sum")
+            assert all(np.array_equal(other, want) for other in others), (collective,
+                                                                          algorithm)
+            mine = (np.empty_like(send), np.empty_like(recv)) if r == 0 else (send, recv)
+            check(collective, algorithm, lambda s, r: function(comm, s, r,
+                                                               algorithm=algorithm), *mine)
+            check(collective, algorithm, lambda s, r: function(comm, s, r,
+                                                               algorithm=algorithm), send,
+                  recv)
+
+
 def applicable_uneven(collective: str, p: int) -> list[str]:
     """The scheduled algorithms of allgather and reduce_scatter that take this test's uneven
     counts at ``p`` ranks (none of the collectives that take no counts)."""
