@@ -20,10 +20,10 @@ from mpi4py import MPI
 from . import settings
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request, Started
-from .runtime import native, scheduled
+from .runtime import device, native, scheduled
 from .runtime.executor import Operation
 from .runtime.scheduled import Runner
-from .schedule import offsets
+from .schedule import RECV, offsets
 
 
 class LastCall:
@@ -272,7 +272,8 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
     yields ``[(source rank, slice of recvbuf), ...]`` for the data in place so far, while the
     transfers that follow are in flight: first the own block (before any transfer completes),
     then after each step what that step delivered.  ``ring`` yields one block per step,
-    ``multiring`` one chunk per cycle."""
+    ``multiring`` one chunk per cycle.  Device arrays staged through host memory get each
+    delivered region copied to the device before it is yielded."""
     prepared, send, recv = prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
                                    algorithm=algorithm, options=options)
     if prepared.plan is None:
@@ -281,6 +282,10 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
     counts = prepared.args.call.counts
     starts = offsets(counts)
     for regions in operation.stream():
+        if prepared.staged:     # the operation runs on a pinned host copy of recv
+            landed = operation.binding.views[RECV]
+            for offset, count in regions:
+                device.to_device(landed[offset:offset + count], recv[offset:offset + count])
         pieces = []
         for offset, count in regions:      # cut at block boundaries: one source per piece
             stop = offset + count

@@ -84,6 +84,14 @@ def test_staging_buffers_are_allocated_once_per_planned_call(mpi_ranks, comm):
         for call in range(100):                    # native: the same
             hpccoll.allreduce(duplicate, source, result, algorithm="native")
         assert made == [6000, 6000] * 2, made
+        p = comm.size                              # a stream: each yielded slice is final
+        block = dev(data(r, 3000, "float32"))
+        gathered = dev(np.zeros(3000 * p, np.float32))
+        want = np.zeros(3000 * p, np.float32)
+        comm.Allgather(data(r, 3000, "float32"), want)
+        for arrived in hpccoll.allgather_stream(duplicate, block, gathered, algorithm="ring"):
+            for _, where in arrived:
+                assert np.array_equal(host(gathered)[where], want[where]), where
     finally:
         device.pinned = pinned
         del os.environ["HPCCOLL_GPU_AWARE"]
