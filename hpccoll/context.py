@@ -205,7 +205,7 @@ _attached: dict[int, MPI.Comm] = {}     # id(context) -> the user's communicator
 
 
 def _free_at_exit() -> None:
-    """Free every context still attached (its plans' persistent requests, its private
+    """Free every context still attached (its plans, its private
     communicator) while MPI is still initialised: run at interpreter exit, before mpi4py
     finalises MPI, so that the library finds nothing of hpccoll's left to complain about."""
     if MPI.Is_initialized() and not MPI.Is_finalized():
