@@ -17,18 +17,31 @@ packed into one message).
 
 Any p: p' = 2^floor(log2 p) ranks run Swing, the others fold into them first and get the
 result back last, the standard reduction to a power of two that hypercube's algorithms use
-(pico, the paper authors' library, handles Swing's non-powers of two the same way).  The
-multi-dimensional torus form (one Swing per dimension and direction at once) is not here.
+(pico, the paper authors' library, handles Swing's non-powers of two the same way).
+
+Multi-dimensional tori (the allreduce with option ``dims``, "AxB[xC...]" or a tuple, each a
+power of two, multiplying to p; ranks numbered with the first dimension varying fastest, as
+``hpccoll simulate``'s ``torus:dims=...``): hpccoll's topologies name nodes, racks and pods,
+not torus coordinates, so the option declares them.  The vector is cut into 2D parts for
+D dimensions, and 2D Swing allreduces run at once, one per dimension and direction: part i
+(and its mirror D + i, whose even coordinates step by -rho and odd by +rho) takes its steps
+round-robin over the dimensions from dimension i, step t of a dimension moving the coordinate
+there by its Swing distance rho(t).  In each step the 2D parts use the 2D links of a node
+(+ and - in every dimension) at once, each carrying 1/(2D) of the data, as the paper's
+multiport form does.  Steps on different dimensions commute, so a part's sets are products of
+per-dimension Swing sets, and position bits taken per step keep every message one region.
 Cost notation as in :mod:`hpccoll.algorithms.ring` (n the vector, or one rank's block).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
-from ..registry import Cost, register
-from ..schedule import (SCRATCH, SEND, Call, Program, Reduce, Region,
-                        merge_adjacent, one_rank, reduce_scatter_blocks, span, split)
+from ..registry import Constraint, Cost, register
+from ..schedule import (SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
+                        allreduce_vectors, even_split, merge_adjacent, one_rank, parallel,
+                        reduce_scatter_blocks, relocate, span, split)
 from .hypercube import (DOUBLING_ALLREDUCE_COST, RABENSEIFNER_COST, _FOLDED, _P, _ROUNDS, _Fold,
                         _doubling_allreduce, _folded_allreduce, _rabenseifner_allreduce,
                         _sit_out, folded_allgather)
@@ -111,7 +124,81 @@ def _in_swing_numbering(survivor, latency: bool):
     return run
 
 
+def torus_dims(call: Call) -> tuple[int, ...] | None:
+    """The torus the option ``dims`` declares (None when it is not given); ValueError unless
+    it is "AxB..." or a tuple of powers of two multiplying to p."""
+    value = call.option("dims")
+    if value is None:
+        return None
+    dims: tuple[int, ...] = ()
+    if isinstance(value, str) and all(d.isdigit() for d in value.lower().split("x")):
+        dims = tuple(int(d) for d in value.lower().split("x"))
+    elif isinstance(value, tuple) and all(type(d) is int for d in value):
+        dims = value
+    if not dims or any(d < 1 or d & (d - 1) for d in dims) or math.prod(dims) != call.p:
+        raise ValueError(f"option dims must be AxB... (powers of two) multiplying to p={call.p}, "
+                         f"got {value!r}")
+    return dims
+
+
+def _fits(call: Call) -> bool:
+    try:
+        torus_dims(call)
+    except ValueError:
+        return False
+    return True
+
+
+class _TorusPart:
+    """One of the 2D Swing allreduces on a torus, seen from ``rank``, in the interface of
+    hypercube's halving and doubling rounds (as :class:`_SwingFold`): steps round-robin over
+    the dimensions from ``start``, mirrored or not; ``new`` is the rank's position (bit
+    d-1-s from step s's dimension's Swing position), ``real(new ^ bit)`` its peer in the step
+    of ``bit``."""
+
+    first, pairs = 0, False
+
+    def __init__(self, dims: tuple[int, ...], rank: int, start: int, mirrored: bool) -> None:
+        strides = [math.prod(dims[:k]) for k in range(len(dims))]
+        coords = [rank // stride % d for stride, d in zip(strides, dims)]
+        left = [d.bit_length() - 1 for d in dims]
+        order, done, k = [], [0] * len(dims), start
+        while len(order) < sum(left):
+            if done[k] < left[k]:
+                order.append((k, done[k]))
+                done[k] += 1
+            k = (k + 1) % len(dims)
+        self.size, self.rounds, self.new, self.peers = math.prod(dims), len(order), 0, {}
+        sign = -1 if mirrored else 1
+        for s, (k, t) in enumerate(order):
+            x, d, bit = coords[k], dims[k], 1 << (len(order) - 1 - s)
+            if swing_position(d, (-x) % d if mirrored else x) >> (left[k] - 1 - t) & 1:
+                self.new |= bit
+            moved = (x + sign * rho(t) if x % 2 == 0 else x - sign * rho(t)) % d
+            self.peers[bit] = rank + (moved - x) * strides[k]
+
+    def real(self, new: int) -> int:
+        return self.peers[new ^ self.new]
+
+
+def _torus_allreduce(call: Call, dims: tuple[int, ...]) -> Program:
+    """The 2D concurrent Swing allreduces of the torus ``dims`` (see above)."""
+    source, result = allreduce_vectors(call)
+    if call.p == 1 or not result.count:
+        return one_rank(source, result)
+    parts = even_split(result.count, 2 * len(dims))
+    programs, scratch = [], 0
+    for j, (src, dst) in enumerate(zip(split(source, parts), split(result, parts))):
+        part = _TorusPart(dims, call.rank, j % len(dims), j >= len(dims))
+        steps = ProgramBuilder(2 * part.rounds)
+        used = _rabenseifner_allreduce(call, part, steps, src, dst)
+        programs.append(relocate(steps.program(), {SCRATCH: (SCRATCH, scratch)}))
+        scratch += used
+    return Program(parallel(*programs).steps, scratch)
+
+
 @register("allreduce", "swing", family="swing", source=_SOURCE, cost=RABENSEIFNER_COST,
+          requires=(Constraint("option dims (AxB..., powers of two) multiplies to p", _fits),),
           auto=False)
 def plan_swing_allreduce(call: Call) -> Program:
     """Swing allreduce, bandwidth-optimal: a Swing reduce-scatter of p' blocks (each step
@@ -122,8 +209,12 @@ def plan_swing_allreduce(call: Call) -> Program:
     per rank 2(p'-1)/p' n; time 2 log2 p' alpha + 2(p'-1)/p' n beta + (p'-1)/p' n gamma, as
     Rabenseifner's, with peers at most about 2^(s+1)/3 ranks away instead of 2^s.  Blocks
     are placed by Swing position, so every message is one contiguous region.  Any p,
-    IN_PLACE; scratch n/2 (n on folding ranks with IN_PLACE).
+    IN_PLACE; scratch n/2 (n on folding ranks with IN_PLACE).  With option ``dims`` (a torus,
+    see above): 2D concurrent allreduces of n/(2D) each, 2 log2 p rounds of 2D messages.
     """
+    dims = torus_dims(call)
+    if dims is not None:
+        return _torus_allreduce(call, dims)
     return _folded_allreduce(call, 2, _in_swing_numbering(_rabenseifner_allreduce, False))
 
 

@@ -3,7 +3,8 @@ collectives at 5-8 ranks (test_mpi_collectives.py and test_mpi_rooted.py run eve
 algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the
 ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
 (options).  The Bine butterflies run where p is even (the all-to-all where it is a power of
-two); RAT, pipelined, on a topology of nodes and racks."""
+two); Swing's torus form on 2x4 and 2x2x2 at 8 ranks; RAT, pipelined, on a topology of nodes
+and racks."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ OP_DTYPES = ["float16", "float64", "int8", "uint32", "complex64"]
 ALLGATHER = [("bruck", {}), ("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {}),
              ("bine", {})]
 REDUCE_SCATTER = [("pat", {}), ("pat", {"buffer_bytes": 1}), ("swing", {}), ("bine", {})]
-ALLREDUCE = [("swing", {}), ("swing_latency", {}), ("bine", {})]
+ALLREDUCE = [("swing", {}), ("swing_latency", {}), ("bine", {}), ("swing", {"dims": "2x4"}),
+             ("swing", {"dims": "2x2x2"})]
 
 
-def serves(collective, name, p):
-    """Whether ``name`` serves ``collective`` at p ranks (its declared constraints)."""
+def serves(collective, name, p, options=None):
+    """Whether ``name`` serves ``collective`` at p ranks with ``options`` (its declared
+    constraints)."""
     from hpccoll import registry
     from hpccoll.collectives import uniform_call
-    return registry.get(collective, name).violated(uniform_call(collective, p, 0, 1)) is None
+    call = uniform_call(collective, p, 0, 1, options=tuple(sorted((options or {}).items())))
+    return registry.get(collective, name).violated(call) is None
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
@@ -98,7 +102,7 @@ def test_allreduce_matches_native(mpi_ranks, comm):
     from mpi4py import MPI
     p, r = comm.size, comm.rank
     for name, options in ALLREDUCE:
-        if not serves("allreduce", name, p):
+        if not serves("allreduce", name, p, options):
             continue
         for dtype in OP_DTYPES:
             for op in ops_for(dtype):
@@ -107,12 +111,12 @@ def test_allreduce_matches_native(mpi_ranks, comm):
                     want = np.zeros(n, dtype)
                     comm.Allreduce(send, want, op=mpi_op(op))
                     got = np.zeros(n, dtype)
-                    hpccoll.allreduce(comm, send, got, op=op, algorithm=name)
-                    check(got, want, f"{name} {dtype} {op} n={n}")
+                    hpccoll.allreduce(comm, send, got, op=op, algorithm=name, options=options)
+                    check(got, want, f"{name} {options} {dtype} {op} n={n}")
                     inplace = send.copy()
                     hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op(op),
-                                      algorithm=name)
-                    check(inplace, want, f"{name} IN_PLACE {dtype} {op} n={n}")
+                                      algorithm=name, options=options)
+                    check(inplace, want, f"{name} {options} IN_PLACE {dtype} {op} n={n}")
     # RAT pipelined through nodes of 2 and racks of 4 ranks: segments of 8 elements, and the
     # default (several segments a shard for a vector this long)
     from hpccoll.topology import Topology

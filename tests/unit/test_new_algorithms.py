@@ -4,6 +4,7 @@ the papers define them, PAT's message and buffer bounds, and auto never picking 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -71,6 +72,42 @@ def test_swing_allreduce_talks_to_swing_peers_in_contiguous_messages():
         peers = [step.sends[0].peer for step in program.steps]
         assert peers == [swing_peer(rank, s, p) for s in (0, 1, 2, 3, 3, 2, 1, 0)]
         assert all(len(send.regions) == 1 for step in program.steps for send in step.sends)
+
+
+@pytest.mark.parametrize("dims", ["1", "2", "8", "4x2", "2x4", "4x4", "2x2x2", "8x4", (2, 1, 8)])
+def test_swing_torus_form_verifies(dims):
+    p = math.prod(map(int, dims.split("x"))) if isinstance(dims, str) else math.prod(dims)
+    assert verify.check_algorithm("allreduce", "swing", p, options=(("dims", dims),))
+
+
+def test_swing_torus_form_uses_every_port_of_a_node_each_step():
+    """On an 8x8 torus each step's 4 messages leave along the 4 links of a node's two
+    dimensions (+ and -), each 1/4 of what the one-part form sends."""
+    dims, p, n = (8, 8), 64, 64 * 16
+    for rank in (0, 9, 42, 63):
+        call = replace(uniform_call("allreduce", p, rank, n), options=(("dims", "8x8"),))
+        plain = registry.get("allreduce", "swing").planner(replace(call, options=()))
+        torus = registry.get("allreduce", "swing").planner(call)
+        assert len(torus.steps) == len(plain.steps) == 12
+        x = (rank % 8, rank // 8)
+        for step, alone in zip(torus.steps, plain.steps):
+            ports = set()
+            for send in step.sends:
+                y = (send.peer % 8, send.peer // 8)
+                moved = [k for k in range(2) if y[k] != x[k]]
+                assert len(moved) == 1
+                ports.add((moved[0], (y[moved[0]] - x[moved[0]]) % 8 < 4))
+            assert len(ports) == 4 and len(step.sends) == 4
+            assert sum(s.count for s in step.sends) == sum(s.count for s in alone.sends)
+
+
+def test_swing_torus_form_declares_its_option():
+    swing = registry.get("allreduce", "swing")
+    for dims, p in [("3x3", 9), ("4x4", 8), ("4by4", 16), ((4, 4.0), 16), ([4, 4], 16)]:
+        call = replace(uniform_call("allreduce", p, 0, 4), options=(("dims", dims),))
+        assert swing.violated(call) == "option dims (AxB..., powers of two) multiplies to p"
+        with pytest.raises(ValueError, match="option dims must be AxB"):
+            swing.planner(call)
 
 
 def test_bine_tree_is_the_negabinary_tree():
