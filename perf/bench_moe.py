@@ -16,7 +16,9 @@ host hits them alike:
 A fresh routing every iteration (as in training: the counts change every step, so no
 alltoallv plan is reused across iterations).  Each rank times a variant after an untimed
 barrier; an iteration's time is the slowest rank's; the table gives the median over
-iterations, per token (per rank's token), and the ratio naive / variant measured in this run.
+iterations, per token (per rank's token), the ratio naive / variant of those medians, and
+the median (p25-p75) over iterations of each iteration's ratio ("paired": the variants of
+one iteration run back to back, so load from elsewhere moves both).
 "packing" is the time of the local kernels alone (the counting-sort pack, the regrouping
 by expert and back, the weighted sum) on the same data, and its share of hpccoll/auto's
 dispatch + combine; the naive version's local NumPy work is timed the same way.
@@ -26,7 +28,8 @@ block for the fixed-size ``hpccoll.alltoall`` (``bruck``, the log-round algorith
 alltoallv does not have, and ``pairwise``).
 
 Usage: mpiexec -n P python perf/bench_moe.py [--tokens 256,4096] [--hidden 512]
-       [--experts 16] [--k 2] [--iters 15] [--warmup 3]
+       [--experts 16] [--k 2] [--iters 15] [--warmup 3] [--algorithms native,auto]
+       [--totals-only]
 """
 
 from __future__ import annotations
@@ -187,7 +190,7 @@ def payload_exchanges(comm, send, handle, names, iters, warmup) -> dict[str, flo
     return {label: float(np.median(t)) for label, t in times.items()}
 
 
-def bench(comm, tokens, hidden, experts, k, iters, warmup, names):
+def bench(comm, tokens, hidden, experts, k, iters, warmup, names, extras=True):
     rank, p = comm.Get_rank(), comm.Get_size()
     owner = default_owner(experts, p)
     rng = np.random.default_rng(1000 + rank)
@@ -212,6 +215,8 @@ def bench(comm, tokens, hidden, experts, k, iters, warmup, names):
             seconds = timed(comm, lambda: run(ids, w))
             if i >= warmup:
                 times[label].append(seconds)
+    if not extras:
+        return times, None, None
 
     ids, w = routes[0]
     _, _, handle = dispatch(x, ids, w, comm, experts)
@@ -228,8 +233,8 @@ def bench(comm, tokens, hidden, experts, k, iters, warmup, names):
                 local_times[label].append(seconds)
     send = moe.pack(x, ids, moe._bucket_order(owner), None)[0]
     exchanges = payload_exchanges(comm, send, handle, names, iters, warmup)
-    return ({label: float(np.median(t)) for label, t in times.items()},
-            {label: float(np.median(t)) for label, t in local_times.items()}, exchanges)
+    return (times, {label: float(np.median(t)) for label, t in local_times.items()},
+            exchanges)
 
 
 def main() -> None:
@@ -240,27 +245,40 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--iters", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--algorithms", help="the hpccoll variants, a comma list (default: "
+                        "every alltoallv algorithm that serves P, native and auto)")
+    parser.add_argument("--totals-only", action="store_true",
+                        help="time dispatch + combine only (not the local work, not the row "
+                             "exchange alone)")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    names = algorithms(comm)
+    names = args.algorithms.split(",") if args.algorithms else algorithms(comm)
     if comm.Get_rank() == 0:
         print(f"# MoE dispatch+combine, {comm.Get_size()} ranks, H={args.hidden} float32, "
               f"E={args.experts}, k={args.k}, identity experts, fresh routing per iteration, "
               f"median of {args.iters} iterations (slowest rank)")
     for tokens in (int(t) for t in args.tokens.split(",")):
-        totals, local, exchanges = bench(comm, tokens, args.hidden, args.experts, args.k,
-                                         args.iters, args.warmup, names)
+        times, local, exchanges = bench(comm, tokens, args.hidden, args.experts, args.k,
+                                        args.iters, args.warmup, names, not args.totals_only)
+        totals = {label: float(np.median(t)) for label, t in times.items()}
         if comm.Get_rank() == 0:
             megabytes = tokens * args.k * args.hidden * 4 / 2**20
             print(f"\nT={tokens} tokens/rank ({megabytes:.1f} MiB of slots sent per rank "
                   "each way)")
-            print(f"{'variant':<20} {'ms':>9} {'us/token':>9} {'naive/this':>11}")
+            print(f"{'variant':<20} {'ms':>9} {'us/token':>9} {'naive/this':>11} "
+                  f"{'paired':>7} {'(p25-p75)':>11}")
             for label, seconds in totals.items():
+                # the same iteration's naive time over this variant's, per iteration
+                paired = np.array(times["naive"]) / np.array(times[label])
+                q25, q50, q75 = np.percentile(paired, [25, 50, 75])
                 print(f"{label:<20} {seconds * 1e3:9.3f} {seconds / tokens * 1e6:9.3f} "
-                      f"{totals['naive'] / seconds:11.2f}")
-            ours = totals["hpccoll/auto"]
+                      f"{totals['naive'] / seconds:11.2f} {q50:7.2f} ({q25:.2f}-{q75:.2f})")
+            if local is None:
+                continue
+            mine = "hpccoll/auto" if "hpccoll/auto" in totals else f"hpccoll/{names[-1]}"
+            ours = totals[mine]
             print(f"local work: hpccoll kernels {local['hpccoll'] * 1e3:.3f} ms "
-                  f"({100 * local['hpccoll'] / ours:.0f}% of hpccoll/auto), naive NumPy "
+                  f"({100 * local['hpccoll'] / ours:.0f}% of {mine}), naive NumPy "
                   f"{local['naive'] * 1e3:.3f} ms ({100 * local['naive'] / totals['naive']:.0f}"
                   f"% of naive); naive/hpccoll local {local['naive'] / local['hpccoll']:.2f}")
             print("dispatch's row exchange alone (one routing, repeated):")

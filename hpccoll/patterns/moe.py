@@ -189,14 +189,27 @@ def pack(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray,
          capacity: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bucket this rank's slots (counting sort, priority order, capacity): returns the send
     rows (kept slots, by ``bucket`` of their expert), rows kept per bucket, and each slot's
-    row (-1: dropped)."""
-    kernels = _kernels()
+    row (-1: dropped).  Its two passes: :func:`count_slots`, :func:`place_slots`."""
+    kept = count_slots(expert_ids, bucket, capacity)
+    send, positions = place_slots(x, expert_ids, bucket, kept)
+    return send, kept, positions
+
+
+def count_slots(expert_ids: np.ndarray, bucket: np.ndarray, capacity: int | None
+                ) -> np.ndarray:
+    """The counting sort's first pass: the slots kept per bucket."""
     kept = np.zeros(bucket.size, np.int64)
-    kernels["count_slots"](expert_ids, bucket, -1 if capacity is None else capacity, kept)
+    _kernels()["count_slots"](expert_ids, bucket, -1 if capacity is None else capacity, kept)
+    return kept
+
+
+def place_slots(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray, kept: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The counting sort's second pass: the send rows and each slot's row (-1: dropped)."""
     send = np.empty((int(kept.sum()), x.shape[1]), x.dtype)
     positions = np.empty(expert_ids.shape, np.int64)
-    kernels["place_slots"](send, positions, x, expert_ids, bucket, kept)
-    return send, kept, positions
+    _kernels()["place_slots"](send, positions, x, expert_ids, bucket, kept)
+    return send, positions
 
 
 def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool, gap: int = 0
@@ -279,25 +292,33 @@ def _alike(num_experts: int, owner: np.ndarray, x: np.ndarray, capacity_factor: 
 
 
 def native_alltoallv(ctx: Context, send: np.ndarray, sendcounts: np.ndarray,
-                     recv: np.ndarray, recvcounts: np.ndarray, what: str) -> None:
+                     recv: np.ndarray, recvcounts: np.ndarray, what: str,
+                     meanwhile: Callable[[], None] | None = None) -> None:
     """The MPI library's Ialltoallv of flat ``send`` into flat ``recv`` (counts in elements,
     blocks laid end to end) on hpccoll's private duplicate of the communicator, waited for
     under the deadline as hpccoll's native calls are: CommunicatorRevoked before any message
     if the context is revoked, CollectiveTimeout (``what`` saying which exchange), not a
-    hang, when a rank never comes, and another rank's revocation noticed at the end."""
+    hang, when a rank never comes, and another rank's revocation noticed at the end.
+    ``meanwhile()`` runs while the exchange is in flight (which is waited for all the same
+    if it raises)."""
     ctx.check()
     request = ctx.comm.Ialltoallv([send, sendcounts], [recv, recvcounts])
-    wait_requests([request], what, memory=(send, recv, sendcounts, recvcounts), guard=ctx)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        wait_requests([request], what, memory=(send, recv, sendcounts, recvcounts),
+                      guard=ctx)
     ctx.check_notices()
 
 
 def _exchange_counts(ctx: Context, rank: int, per_rank: np.ndarray, kept: np.ndarray,
-                     status: tuple[int, ...], error: BaseException | None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+                     status: tuple[int, ...], error: BaseException | None,
+                     meanwhile: Callable[[], None] | None) -> tuple[np.ndarray, np.ndarray]:
     """Send every rank its experts' row counts behind ``status`` = (error type index, the
     :func:`_alike` checksum, slots dropped here, the size class of the rows sent here) and
     receive the same from every rank, by :func:`native_alltoallv` (so that ranks passing
-    different algorithms still meet).
+    different algorithms still meet), running ``meanwhile()`` while it is in flight.
     Raise on every rank if any rank's arguments were wrong (the first failed rank's error
     type) or ranks passed differently what they must pass alike; else return the rows per
     (source rank, own expert) and every rank's status (a row per rank)."""
@@ -310,7 +331,7 @@ def _exchange_counts(ctx: Context, rank: int, per_rank: np.ndarray, kept: np.nda
     send[~head] = kept
     recv = np.empty((ranks, fields + held), np.int64)
     native_alltoallv(ctx, send, per_rank + fields, recv.reshape(-1),
-                     np.full(ranks, fields + held), "moe.dispatch: the row counts")
+                     np.full(ranks, fields + held), "moe.dispatch: the row counts", meanwhile)
     if error is not None:
         raise type(error)(f"moe.dispatch failed on rank {rank}: {error}") from error
     failed = np.flatnonzero(recv[:, 0])
@@ -325,43 +346,31 @@ def _exchange_counts(ctx: Context, rank: int, per_rank: np.ndarray, kept: np.nda
     return recv[:, fields:], recv[:, :fields]
 
 
-def size_class(nbytes: int) -> int:
-    """The size class of an exchange sending ``nbytes`` from one rank: its bit length (class
-    c holds 2^(c-1) to 2^c - 1 bytes; 0 holds nothing)."""
-    return int(nbytes).bit_length()
-
-
 def row_algorithm(algorithm: str, ctx: Context, itemsize: int, largest_class: int) -> str:
     """The algorithm of a dispatch's and its combine's row exchanges: ``algorithm`` as
-    named, or for ``auto`` a decision made once per size class (``largest_class``: the
-    largest of any rank's rows, which every rank knows from the count exchange) and kept:
-    the MPI library's own Ialltoallv (:func:`native_alltoallv`) below :data:`NATIVE_BELOW`
-    bytes unless the environment or a tuning file names an alltoallv algorithm, above it
-    what hpccoll's tuning chooses for a uniform alltoallv of the class's size."""
+    named, or for ``auto`` a decision made once per size class and kept (class c: 2^(c-1)
+    to 2^c - 1 bytes sent by one rank; ``largest_class``: any rank's largest, which every
+    rank knows from the count exchange): the MPI library's own Ialltoallv
+    (:func:`native_alltoallv`) below :data:`NATIVE_BELOW` bytes unless the environment or a
+    tuning file names an alltoallv algorithm, above it what hpccoll's tuning chooses for a
+    uniform alltoallv of the class's smallest size."""
     if algorithm != "auto":
         return algorithm
     key = (ctx.topology, ctx.comm.Get_size(), itemsize, largest_class, NATIVE_BELOW,
            settings.read("HPCCOLL_ALLTOALLV_ALGORITHM"), settings.read("HPCCOLL_TUNING_FILE"))
     chosen = _decisions.get(key)
     if chosen is None:
-        chosen = _decisions[key] = _decide(ctx, itemsize, largest_class)
+        p, nbytes = ctx.comm.Get_size(), (1 << largest_class) >> 1
+        call = replace(spec("alltoallv").uniform_call(p, ctx.comm.Get_rank(),
+                                                      max(nbytes // itemsize // p, 1)),
+                       itemsize=itemsize, topology=ctx.topology)
+        decision = tuning.decide(call, nbytes)
+        chosen = _decisions[key] = registry.NATIVE if decision.source == "cost model" and \
+            nbytes < NATIVE_BELOW else decision.algorithm
     return chosen
 
 
 _decisions: dict[tuple, str] = {}       # row_algorithm's decisions, by size class and setting
-
-
-def _decide(ctx: Context, itemsize: int, largest_class: int) -> str:
-    """:func:`row_algorithm`'s decision for ``auto`` in one size class."""
-    p = ctx.comm.Get_size()
-    nbytes = (1 << largest_class) >> 1                  # the class's smallest size
-    coll = spec("alltoallv")
-    call = replace(coll.uniform_call(p, ctx.comm.Get_rank(), max(nbytes // itemsize // p, 1)),
-                   itemsize=itemsize, topology=ctx.topology)
-    decision = tuning.decide(call, nbytes)
-    if decision.source == "cost model" and nbytes < NATIVE_BELOW:
-        return registry.NATIVE
-    return decision.algorithm
 
 
 def _exchange_rows(ctx: Context, comm: MPI.Intracomm, algorithm: str, send: np.ndarray,
@@ -405,13 +414,16 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     ranks, rank = comm.Get_size(), comm.Get_rank()
     owner = _owner_map(owner, num_experts, ranks)
     per_rank = np.bincount(owner, minlength=ranks)       # experts held by each rank
+    placed: list[np.ndarray] = []           # the send rows and slot positions, once placed
     try:
         x, ids, w = _check_tokens(x, expert_ids, weights, num_experts, capacity_factor)
         capacity = expert_capacity(capacity_factor, *ids.shape, num_experts)
-        send, kept, positions = pack(x, ids, _bucket_order(owner), capacity)
-        dropped = ids.size - send.shape[0]
+        bucket = _bucket_order(owner)
+        kept = count_slots(ids, bucket, capacity)
+        rows = int(kept.sum())
+        dropped = ids.size - rows
         status = (0, _alike(num_experts, owner, x, capacity_factor, algorithm), dropped,
-                  size_class(send.nbytes))
+                  (rows * x.shape[1] * x.itemsize).bit_length())     # the size class
         error = None
     except (TypeError, ValueError) as exc:
         kept, error = np.zeros(num_experts, np.int64), exc
@@ -419,7 +431,11 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
                   0, 0, 0)
     check_comm(comm)
     ctx = context(comm)
-    recv_rows, statuses = _exchange_counts(ctx, rank, per_rank, kept, status, error)
+    # the rows are copied into place while the counts travel
+    recv_rows, statuses = _exchange_counts(
+        ctx, rank, per_rank, kept, status, error,
+        None if error else lambda: placed.extend(place_slots(x, ids, bucket, kept)))
+    send, positions = placed
     algorithm = row_algorithm(algorithm, ctx, x.dtype.itemsize, int(statuses[:, 3].max()))
 
     mine = np.flatnonzero(owner == rank)
