@@ -19,9 +19,10 @@ from mpi4py import MPI
 
 from . import settings
 from .prepared import Prepared, nothing, prepare
-from .requests import PersistentRequest, Request, Started
+from .requests import NativeStarted, PersistentRequest, Request, Started
 from .runtime import device, native, scheduled
 from .runtime.executor import Operation
+from .runtime.native import NativeCall
 from .runtime.scheduled import Runner
 from .schedule import RECV, offsets
 
@@ -48,7 +49,7 @@ class LastCall:
 
     __slots__ = ("comm", "no_send", "op", "root", "algorithm", "prepared", "ctx", "calls",
                  "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv", "alone",
-                 "sent", "received", "shape", "moves_nothing", "tag")
+                 "sent", "received", "shape", "moves_nothing", "tag", "twin")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
@@ -62,6 +63,7 @@ class LastCall:
         self.ignores_recv = prepared.ignores_recv       # a reduce's other ranks: send[:0]
         self.moves_nothing = prepared.moves_nothing
         self.tag = prepared.tag()
+        self.twin: NativeCall | None = None     # the compiled native call's, for starts
         self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
             (send is None or send.shape == recv.shape)
         self.sent = self.received = nothing
@@ -102,7 +104,7 @@ class LastCall:
         compiled = self.compiled
         if compiled is not None:
             code = compiled.start(recv if send is None else send, recv, compiled.state,
-                                  compiled.handles)
+                                  compiled.handles, compiled.polls)
             return code == native.DONE or compiled.finish(code, send, recv)
         runner = self.runner
         if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
@@ -120,7 +122,17 @@ class LastCall:
         if self.prepared not in self.calls:
             return None
         prepared, ctx, runner = self.prepared, self.ctx, self.runner
-        if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
+        if self.compiled is not None:
+            if self.twin is None:           # (a state of its own: a blocking repeat may come)
+                self.twin = self.compiled.twin()
+            if not self.twin.busy:
+                started = NativeStarted.begin(self.twin, send,
+                                              send[:0] if self.ignores_recv else recv)
+                if started is not None:
+                    ctx.next_slot()         # (drawn on every start, as every rank draws it)
+                    return started
+        elif runner is not None and runner.binding.runner is runner and \
+                not runner.binding.busy:
             slot = ctx.upcoming_slot()
             started = Started.begin(runner, recv if send is None else send,
                                     runner.recv if self.ignores_recv else recv,

@@ -1,8 +1,8 @@
 """The request objects a started collective returns: :class:`Request` (non-blocking),
 :class:`PersistentRequest` (start/wait many times), :class:`NativeOperation`, the MPI
 library's own non-blocking collective under the same test/wait and deadline as the
-scheduled algorithms' operations, :class:`Started`, a run the compiled executor started
-without an operation, and :data:`COMPLETED`, an operation complete when started (a
+scheduled algorithms' operations, :class:`Started` and :class:`NativeStarted`, runs the
+compiled executors started without an operation, and :data:`COMPLETED`, an operation complete when started (a
 one-rank call's copy)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from mpi4py import MPI
 
 from . import settings
-from .runtime import abandoned
+from .runtime import abandoned, native
 from .runtime.executor import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
 from .runtime.scheduled import DONE, MISMATCH, PENDING, Runner
@@ -205,6 +205,56 @@ class Started:
         """The run, where the function left it with ``code``, to an operation."""
         self.operation = Operation.resume(self.runner, code, self.reduce, self.memory,
                                           self.guard, self.tag)
+
+
+class NativeStarted:
+    """The library's own collective that a compiled :class:`~.runtime.native.NativeCall`
+    posted (:meth:`begin`): ``wait()`` and ``test()`` poll it in compiled code; one not
+    complete within the polls goes on under its deadline as every wait does
+    (:meth:`~.runtime.native.NativeCall.finish`).  The arrays are held meanwhile."""
+
+    __slots__ = ("call", "send", "recv", "done")
+
+    def __init__(self, call: Any, send: Any, recv: Any):
+        self.call, self.send, self.recv, self.done = call, send, recv, False
+        call.busy = True
+
+    @classmethod
+    def begin(cls, call: Any, send: Any, recv: Any) -> Any:
+        """Post ``call`` on ``send`` (None: in place, or none) and ``recv``: the request
+        (this, or :data:`COMPLETED`), or None (nothing sent) if the arrays are not as
+        validated."""
+        code = call.start(recv if send is None else send, recv, call.state, call.handles, 0)
+        if code == native.PENDING:
+            return cls(call, send, recv)
+        if code == native.MISMATCH:
+            return None
+        call.finish(code, send, recv)       # (the start failed: raises)
+        return COMPLETED
+
+    def test(self) -> bool:
+        if self.done:
+            return True
+        call = self.call
+        code = call.test(call.state, call.handles, 1)
+        if code == native.PENDING and not call.overdue():
+            return False
+        self._finish(code)
+        return True
+
+    def wait(self) -> None:
+        if not self.done:
+            call = self.call
+            self._finish(call.test(call.state, call.handles, call.polls))
+
+    def _finish(self, code: int) -> None:
+        """Complete the call from where the compiled poll left it (``code``)."""
+        self.done = True
+        try:
+            self.call.finish(code, self.send, self.recv)
+        finally:
+            self.call.busy = False
+            self.send = self.recv = None
 
 
 class _Done:

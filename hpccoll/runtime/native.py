@@ -30,6 +30,7 @@ about a second.
 
 from __future__ import annotations
 
+import copy
 import time
 from functools import lru_cache
 from typing import Any
@@ -51,7 +52,7 @@ KINDS = {"allreduce": libmpi.IALLREDUCE, "allgather": libmpi.IALLGATHER,
 LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through mpi4py)
 # the state array: constants, then scratch; the status gets room for any MPI_Status
 (REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, VECTORS, ROW, SEND_N, RECV_N, NOTICE_TAG,
- ANY_SOURCE, IN_PLACE, ROOT, POLLS, FUNCTION) = range(16)
+ ANY_SOURCE, IN_PLACE, ROOT, FUNCTION) = range(15)
 # the rows of the vectors array (C ints, one per rank): what the vector forms take
 SEND_COUNTS, SEND_DISPLS, RECV_COUNTS, RECV_DISPLS = range(4)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
@@ -82,8 +83,10 @@ def vectors(call: Call) -> np.ndarray:
 
 
 class NativeCall:
-    """A validated blocking call of the library's own collective on the compiled executor:
-    :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype."""
+    """A validated call of the library's own collective on the compiled executor: blocking,
+    :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype;
+    non-blocking, ``start(..., 0)`` posts it and :meth:`poll` / :meth:`finish` complete it
+    (one call in flight per state: ``busy``; :meth:`twin` gives another)."""
 
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
                  send_n: int | None, recv_n: int | None, datatype: MPI.Datatype,
@@ -106,18 +109,31 @@ class NativeCall:
         self.handles = np.array([libmpi.handle(datatype), 0 if op is None else libmpi.handle(op),
                                  libmpi.handle(comm)], libmpi.handle_dtype())
         state[NOTICE_TAG], state[ANY_SOURCE] = notice_tag, MPI.ANY_SOURCE
-        state[POLLS] = progress.idle_polls()
-        self.start = _compiled()
+        self.polls = progress.idle_polls()
+        self.start, self.test = _compiled()
+        self.busy = False
+
+    def twin(self) -> "NativeCall":
+        """The same call with a state of its own (for a non-blocking start while this one
+        may be in flight)."""
+        twin = copy.copy(self)
+        twin.state = self.state.copy()
+        return twin
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the call on these buffers (of the validated dtype); False (nothing sent) if
         they are not of the validated size, layout and writability, or overlap.  Raises as
         the other executor does: an MPI error of the start, or (the communicator revoked) an
         MPI error, CollectiveTimeout or another rank's CommunicatorRevoked while waiting.
-        (``self.start(send or recv, recv, self.state, self.handles)`` followed by
+        (``self.start(send or recv, recv, self.state, self.handles, self.polls)`` followed by
         :meth:`finish` unless it returned :data:`DONE` is the same, one call less.)"""
         return self.finish(self.start(recv if send is None else send, recv, self.state,
-                                      self.handles), send, recv)
+                                      self.handles, self.polls), send, recv)
+
+    def overdue(self) -> bool:
+        """Whether the call in flight is past its deadline (counted from its start)."""
+        deadline = self._deadline()
+        return deadline is not None and time.monotonic() > deadline
 
     def finish(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """:meth:`run` after the compiled function returned ``code``."""
@@ -135,12 +151,15 @@ class NativeCall:
         if code == TEST_FAILED:
             abandoned.hold(self.label, [request], *memory)
             raise self.guard.fail(MPI.Exception(int(state[ERROR])))
-        limit = settings.current.timeout
-        deadline = None if limit is None else \
-            time.monotonic() - (MPI.Wtime() - state[STARTED] / 1e9) + limit
-        progress.wait_requests([request], self.label, deadline, memory, self.guard)
+        progress.wait_requests([request], self.label, self._deadline(), memory, self.guard)
         self.guard.check_notices()
         return True
+
+    def _deadline(self) -> float | None:
+        """The call in flight's deadline on ``time.monotonic``'s clock."""
+        limit = settings.current.timeout
+        return None if limit is None else \
+            time.monotonic() - (MPI.Wtime() - self.state[STARTED] / 1e9) + limit
 
     def _request(self) -> int:
         """The handle of the request the compiled function left in flight, as mpi4py
@@ -167,13 +186,32 @@ def executor(collective: str, dtype: np.dtype) -> str:
 
 @lru_cache(maxsize=1)
 def _compiled() -> Any:
-    """``start(send, recv, state, handles)`` compiled (Numba imported on first use): post the
-    call, poll it, return :data:`DONE`, :data:`PENDING`, ... (see the module doc)."""
+    """``start(send, recv, state, handles, polls)`` and ``test(state, handles, polls)``
+    compiled (Numba imported on first use): post the call and poll it ``polls`` times, or
+    poll the posted call; return :data:`DONE`, :data:`PENDING`, ... (see the module doc)."""
     from numba import njit
     libmpi.register()
 
     @njit(cache=True)
-    def start(send, recv, state, handles):
+    def test(state, handles, polls):
+        base = np.int64(state.ctypes.data)
+        request, flag, status = base + 8 * REQUEST, base + 8 * FLAG, base + 8 * STATUS
+        function = state[FUNCTION:]
+        source, tag = np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG])
+        for _ in range(polls):
+            state[FLAG] = 0
+            error = c_int(function[libmpi.TEST], (request, flag, status))
+            if error:
+                state[ERROR] = error
+                return TEST_FAILED
+            if state[FLAG]:
+                state[FLAG] = 0
+                c_int(function[libmpi.IPROBE], (source, tag, handles[COMM], flag, status))
+                return NOTICE if state[FLAG] else DONE
+        return PENDING
+
+    @njit(cache=True)
+    def start(send, recv, state, handles, polls):
         recv_n, itemsize = recv.size, recv.itemsize
         send_at, recv_at = np.int64(send.ctypes.data), np.int64(recv.ctypes.data)
         if state[RECV_N] < 0:           # not used: no address, no overlap
@@ -186,8 +224,7 @@ def _compiled() -> Any:
                 send.size and recv_n and send_at < recv_at + recv_n * itemsize and \
                 recv_at < send_at + send.size * itemsize:
             return MISMATCH
-        base = np.int64(state.ctypes.data)
-        request, flag, status = base + 8 * REQUEST, base + 8 * FLAG, base + 8 * STATUS
+        request = np.int64(state.ctypes.data) + 8 * REQUEST
         function = state[FUNCTION:]
         state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
         kind, count = state[KIND], np.int32(state[COUNT])
@@ -221,17 +258,6 @@ def _compiled() -> Any:
         if error:
             state[ERROR] = error
             return START_FAILED
-        source, tag = np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG])
-        for _ in range(state[POLLS]):
-            state[FLAG] = 0
-            error = c_int(function[libmpi.TEST], (request, flag, status))
-            if error:
-                state[ERROR] = error
-                return TEST_FAILED
-            if state[FLAG]:
-                state[FLAG] = 0
-                c_int(function[libmpi.IPROBE], (source, tag, comm, flag, status))
-                return NOTICE if state[FLAG] else DONE
-        return PENDING
+        return test(state, handles, polls)
 
-    return start
+    return start, test

@@ -578,11 +578,13 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
     """Non-blocking calls of every scheduled algorithm started again and again on the same
     arrays, through the functions and through hpccoll.Comm: from the third start the
     compiled executor posts them without validation (a Started run), completed by wait()
-    or by polling test(); four in flight at once (on the same send array), completed in
-    reverse order; and a start where one rank passes other arrays (it validates, the others
-    take the fast path) draws the same tag slot everywhere -- each result equal to NumPy's."""
+    or by polling test() (native: the library's call posted and polled by the compiled
+    native executor, a NativeStarted); four in flight at once (on the same send array),
+    completed in reverse order; a start where one rank passes other arrays (it validates,
+    the others take the fast path) draws the same tag slot everywhere; and bcast and reduce,
+    from every root -- each result equal to NumPy's."""
     import hpccoll
-    from hpccoll.requests import Started
+    from hpccoll.requests import NativeStarted, Started
     from hpccoll.runtime import libmpi
     p, r = comm.size, comm.rank
     seed = iter(range(100_000))
@@ -606,7 +608,7 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
 
     for collective in COLLECTIVES:
         name = "I" + {"reduce_scatter": "reduce_scatter_block"}.get(collective, collective)
-        for algorithm in applicable(collective, p):
+        for algorithm in applicable(collective, p) + ["native"]:
             method = getattr(hpccoll.Comm(comm, algorithms={collective: algorithm}), name)
             send = np.empty(send_size(collective, p, 6), np.float64)
             recv = np.empty(recv_size(collective, p, 6), np.float64)
@@ -617,7 +619,8 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
                 request = runs[-1]
                 run = request._request if isinstance(request, hpccoll.comm.Request) else \
                     request._operation
-                assert isinstance(run, Started) == libmpi.available(), (collective, algorithm)
+                fast = NativeStarted if algorithm == "native" else Started
+                assert isinstance(run, fast) == libmpi.available(), (collective, algorithm)
             others = [np.empty_like(recv) for _ in range(4)]
             xs = inputs(p, send.size, "float64", next(seed))
             send[...] = xs[r]
@@ -635,6 +638,18 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
             check(collective, algorithm, lambda s, r: function(comm, s, r,
                                                                algorithm=algorithm), send,
                   recv)
+    for algorithm in ("native", "binomial", "chain"):
+        for root in range(p):
+            buf, total = np.empty(7), np.empty(7)
+            for run in range(4):
+                xs = inputs(p, 7, "float64", next(seed))
+                buf[...] = xs[root] if r == root else -1
+                hpccoll.ibcast(comm, buf, root=root, algorithm=algorithm).wait()
+                assert np.array_equal(buf, xs[root]), (algorithm, root, run)
+                total[...] = -1
+                hpccoll.ireduce(comm, xs[r], total, root=root, algorithm=algorithm).wait()
+                assert np.array_equal(total, np.sum(xs, axis=0)) if r == root else \
+                    (total == -1).all(), (algorithm, root, run)
 
 
 def applicable_uneven(collective: str, p: int) -> list[str]:
