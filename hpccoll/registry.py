@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from .collectives import NAMES as COLLECTIVES, spec
 from .schedule import Call, Program
@@ -27,6 +27,34 @@ class Constraint:
 
 
 POWER_OF_TWO = Constraint("p is a power of two", lambda c: c.p & (c.p - 1) == 0)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A planner option an algorithm declares: its name, the values it takes (``accepts``
+    decides, ``values`` says which in words), its default and what it means."""
+
+    name: str
+    values: str
+    default: str
+    meaning: str
+    accepts: Callable[[Any], bool]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.values}; default {self.default}): {self.meaning}"
+
+
+def option_problem(declared: tuple[Option, ...], call: Call) -> str | None:
+    """What is wrong with ``call``'s options for an algorithm that declares ``declared``: an
+    option it does not take, or a value its option does not take (None when nothing is)."""
+    known = {o.name: o for o in declared}
+    for name, value in call.options:
+        if name not in known:
+            return (f"only its options ({', '.join(known) or 'it takes none'}); "
+                    f"{name!r} is not one of them")
+        if not known[name].accepts(value):
+            return f"option {name} is {known[name].values}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -53,6 +81,7 @@ class Algorithm:
     cost: Cost | None = None
     source: str = ""
     auto: bool = True           # auto (the cost model) may pick it
+    options: tuple[Option, ...] | None = None   # None: not declared (any option passes)
 
     @property
     def summary(self) -> str:
@@ -60,7 +89,12 @@ class Algorithm:
         return (inspect.getdoc(self.planner) or "").split("\n", 1)[0]
 
     def violated(self, call: Call) -> str | None:
-        """Why ``call`` cannot be served (None when it can)."""
+        """Why ``call`` cannot be served (None when it can): a declared option's problem or a
+        constraint that does not hold."""
+        if self.options is not None:
+            problem = option_problem(self.options, call)
+            if problem is not None:
+                return problem
         for constraint in self.requires:
             if not constraint.holds(call):
                 return constraint.description
@@ -72,10 +106,12 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 def register(collective: str | tuple[str, ...], name: str, *, family: str,
              requires: tuple[Constraint, ...] = (), cost: Cost | None = None,
-             source: str = "", auto: bool = True) -> Callable[[Planner], Planner]:
+             source: str = "", auto: bool = True,
+             options: tuple[Option, ...] | None = None) -> Callable[[Planner], Planner]:
     """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives, with
-    its constraints, its :class:`Cost`, the paper it comes from and whether ``auto`` may pick
-    it (``auto=False``: only when asked for by name)."""
+    its constraints, its :class:`Cost`, the paper it comes from, whether ``auto`` may pick
+    it (``auto=False``: only when asked for by name) and the options it takes (declared:
+    any other option, or a value outside an option's, is refused)."""
     names = (collective,) if isinstance(collective, str) else collective
 
     def decorate(planner: Planner) -> Planner:
@@ -85,7 +121,7 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
             if (coll, name) in _REGISTRY or name == NATIVE:
                 raise ValueError(f"algorithm {name!r} registered twice for {coll}")
             _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires, cost,
-                                              source, auto)
+                                              source, auto, options)
         return planner
 
     return decorate

@@ -102,7 +102,7 @@ def _edges(call: Call) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     return (None if up is None else (up[0] % p, up[1])), sorted(children, key=lambda e: e[1])
 
 
-@register("bcast", "bine", family="bine", source=_SOURCE, auto=False,
+@register("bcast", "bine", family="bine", source=_SOURCE, auto=False, options=(),
           cost=Cost("ceil(log2(p))", "n * ceil(log2(p))", "⌈log₂p⌉(α + nβ)"))
 def plan_bine_bcast(call: Call) -> Program:
     """Bine-tree broadcast: a binomial tree on negabinary numbers; a node passes the data
@@ -121,7 +121,7 @@ def plan_bine_bcast(call: Call) -> Program:
     return _from_root(call, plan.program())
 
 
-@register("reduce", "bine", family="bine", source=_SOURCE, auto=False,
+@register("reduce", "bine", family="bine", source=_SOURCE, auto=False, options=(),
           cost=Cost("ceil(log2(p))", "n * min(1, p - 1)", "⌈log₂p⌉(α + nβ + nγ)"))
 def plan_bine_reduce(call: Call) -> Program:
     """Bine-tree reduce, the mirror of the Bine broadcast: the same tree from the leaves
@@ -227,7 +227,8 @@ def _allgather(p: int, rank: int, result: list[Region], steps: ProgramBuilder,
         steps[first + k].recv(swing_peer(rank, u, p), *_regions(result, sends[u], result))
 
 
-@register("reduce_scatter", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+@register("reduce_scatter", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
+          auto=False, options=(),
           cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)n(β + γ)"))
 def plan_bine_reduce_scatter(call: Call) -> Program:
     """Bine reduce-scatter: the p Bine trees' reduces at once; in step u (peer r +/- rho(u),
@@ -248,7 +249,8 @@ def plan_bine_reduce_scatter(call: Call) -> Program:
     return steps.program(_reduce_scatter(p, rank, held, partial, result, steps, sum(counts)))
 
 
-@register("allgather", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+@register("allgather", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
+          auto=False, options=(),
           cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)nβ"))
 def plan_bine_allgather(call: Call) -> Program:
     """Bine allgather: the p Bine trees' broadcasts at once, the reduce-scatter's mirror: in
@@ -267,7 +269,8 @@ def plan_bine_allgather(call: Call) -> Program:
     return allgather_from_input(call, steps.program())
 
 
-@register("allreduce", "bine", family="bine", source=_SOURCE, requires=(EVEN,), auto=False,
+@register("allreduce", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
+          auto=False, options=(),
           cost=Cost("2 * ceil(log2(p))", "2 * n * (p - 1) / p",
                     "2⌈log₂p⌉α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_bine_allreduce(call: Call) -> Program:
@@ -304,7 +307,7 @@ def gathered(size: int, rank: int, steps: int) -> tuple[int, ...]:
 
 
 @register("alltoall", "bine", family="bine", source=_SOURCE, requires=(POWER_OF_TWO,),
-          auto=False, cost=HYPERCUBE_ALLTOALL_COST)
+          auto=False, options=(), cost=HYPERCUBE_ALLTOALL_COST)
 def plan_bine_alltoall(call: Call) -> Program:
     """Bine all-to-all: a butterfly over Swing's peers; in step s each rank sends its peer
     r +/- rho(s) (nearest first), in one message, every block it holds bound for the ranks

@@ -31,7 +31,7 @@ import functools
 import operator
 from typing import Any
 
-from ..registry import Constraint, Cost, register
+from ..registry import Cost, Option, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
                         allgather_blocks, allgather_from_input, blocks, merge_adjacent, one_rank,
                         reduce_scatter_blocks)
@@ -68,11 +68,12 @@ def _valid_radix(radix: Any) -> bool:
     return integer_at_least(radix, 2)
 
 
-VALID_RADIX = Constraint("option radix is an integer >= 2",
-                         lambda c: _valid_radix(c.option("radix", 2)))
+RADIX = Option("radix", "an integer >= 2", "2",
+               "the base of the hop counts' digits: r - 1 messages a round, ceil(log_r p) rounds",
+               _valid_radix)
 
 
-@register("alltoall", "bruck", family="bruck", requires=(VALID_RADIX,),
+@register("alltoall", "bruck", family="bruck", options=(RADIX,),
           source="Bruck et al. 1997",
           cost=Cost("ceil(log2(p))", "n * popsum(p)", "⌈log2 p⌉α + n·Σpopcount(i<p)·β, radix 2"))
 def plan_bruck_alltoall(call: Call) -> Program:
@@ -175,6 +176,7 @@ def bruck_allgather_rounds(p: int) -> list[OffsetRound]:
 
 
 @register("allgather", "bruck", family="bruck", source="Bruck et al. 1997", auto=False,
+          options=(),
           cost=Cost("ceil(log2(p))", "(p - 1) * n", "⌈log2 p⌉α + (p-1)nβ"))
 def plan_bruck_allgather(call: Call) -> Program:
     """Bruck allgather: ceil(log2 p) rounds for any p; in round k each rank sends everything

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import operator
 
-from ..registry import Constraint, Cost, register
+from ..registry import Cost, Option, register
 from ..schedule import Call, Program
 from .bruck import OffsetRound, integer_at_least, offset_allgather, offset_reduce_scatter
 
 BUFFER_BYTES = 1 << 20
 
 
-VALID_BUFFER = Constraint("option buffer_bytes is a positive integer",
-                          lambda c: integer_at_least(c.option("buffer_bytes", BUFFER_BYTES), 1))
+BUFFER = Option("buffer_bytes", "a positive integer", "1 MiB",
+                "the bytes of blocks a message carries at most (its in-flight buffer)",
+                lambda value: integer_at_least(value, 1))
 
 
 def aggregation(call: Call) -> int:
@@ -68,7 +69,7 @@ def pat_rounds(p: int, blocks: int) -> list[OffsetRound]:
 _TIME = "⌈log2 p⌉α + (p-1)nβ{} while p/2 blocks fit buffer_bytes; else log2 A + P/A - 1 rounds"
 
 
-@register("allgather", "pat", family="pat", requires=(VALID_BUFFER,), auto=False,
+@register("allgather", "pat", family="pat", options=(BUFFER,), auto=False,
           source="NCCL 2.23 PAT (Parallel Aggregated Trees)",
           cost=Cost("ceil(log2(p))", "(p - 1) * n", _TIME.format("")))
 def plan_pat_allgather(call: Call) -> Program:
@@ -84,7 +85,7 @@ def plan_pat_allgather(call: Call) -> Program:
     return offset_allgather(call, pat_rounds(call.p, aggregation(call)))
 
 
-@register("reduce_scatter", "pat", family="pat", requires=(VALID_BUFFER,), auto=False,
+@register("reduce_scatter", "pat", family="pat", options=(BUFFER,), auto=False,
           source="NCCL 2.23 PAT (Parallel Aggregated Trees)",
           cost=Cost("ceil(log2(p))", "(p - 1) * n", _TIME.format(" + (p-1)nγ")))
 def plan_pat_reduce_scatter(call: Call) -> Program:

@@ -58,6 +58,7 @@ import math
 from ..registry import Cost, register
 from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, one_rank,
                         segment_count, segments, vector_blocks)
+from .tree import segment_option
 
 
 class _Levels:
@@ -152,7 +153,7 @@ def _plan_trees(call: Call, topology) -> Program:
         return one_rank(source[0], result[0])
     levels = _levels(p, topology)
     up = {level: s for s, level in enumerate(levels.active)}     # level -> its hop, a
-    down = 2 * len(levels.active) - 1                             # segment k's way down: down - a + k
+    down = 2 * len(levels.active) - 1             # segment k goes down hop a in step down - a + k
     seg = segment_count(call, default_segment_bytes(call, len(levels.active), max(shards)))
     steps = ProgramBuilder(down + max(1, -(-max(shards) // seg)))
     landing = [0] * len(steps.steps)      # scratch used by each step's incoming partial sums
@@ -193,7 +194,11 @@ def _plan_trees(call: Call, topology) -> Program:
 _SENT = "n + (p - 2) * ceil(n / p)"
 
 
-@register("allreduce", "rat", family="rat", source="RAT (Wan et al.)",
+# shards in segments: the pipeline's best by default
+_SEGMENTS = (segment_option("the pipeline's best on the cost model's machine"),)
+
+
+@register("allreduce", "rat", family="rat", source="RAT (Wan et al.)", options=_SEGMENTS,
           cost=Cost("2 * min(1, p - 1)", _SENT,
                     "(2(l+1)+K-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, l+1 levels that aggregate, "
                     "K segments"))
@@ -217,8 +222,9 @@ def plan_rat_allreduce(call: Call) -> Program:
     return _plan_trees(call, call.topology)
 
 
-@register("allreduce", "ps", family="ps", source="RAT's PS baseline",
-          cost=Cost("2 * min(1, p - 1)", _SENT, "(K+1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, K segments"))
+@register("allreduce", "ps", family="ps", source="RAT's PS baseline", options=_SEGMENTS,
+          cost=Cost("2 * min(1, p - 1)", _SENT,
+                    "(K+1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, K segments"))
 def plan_ps_allreduce(call: Call) -> Program:
     """Parameter-server exchange (the RAT paper's PS baseline): every rank serves one shard of
     the vector; all ranks send each shard straight to its server, which reduces the

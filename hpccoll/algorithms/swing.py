@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import math
 
-from ..registry import Constraint, Cost, register
+from ..registry import Constraint, Cost, Option, register
 from ..schedule import (SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
                         allreduce_vectors, even_split, merge_adjacent, one_rank, parallel,
                         reduce_scatter_blocks, relocate, span, split)
@@ -124,29 +124,35 @@ def _in_swing_numbering(survivor, latency: bool):
     return run
 
 
+def parse_dims(value) -> tuple[int, ...] | None:
+    """The torus dimensions "AxB..." or a tuple spells, each a power of two (None if not)."""
+    dims: tuple[int, ...] = ()
+    if isinstance(value, str) and all(d.isdigit() for d in value.lower().split("x")):
+        dims = tuple(int(d) for d in value.lower().split("x"))
+    elif isinstance(value, tuple) and all(type(d) is int for d in value):
+        dims = value
+    return dims if dims and all(d >= 1 and d & (d - 1) == 0 for d in dims) else None
+
+
 def torus_dims(call: Call) -> tuple[int, ...] | None:
     """The torus the option ``dims`` declares (None when it is not given); ValueError unless
     it is "AxB..." or a tuple of powers of two multiplying to p."""
     value = call.option("dims")
     if value is None:
         return None
-    dims: tuple[int, ...] = ()
-    if isinstance(value, str) and all(d.isdigit() for d in value.lower().split("x")):
-        dims = tuple(int(d) for d in value.lower().split("x"))
-    elif isinstance(value, tuple) and all(type(d) is int for d in value):
-        dims = value
-    if not dims or any(d < 1 or d & (d - 1) for d in dims) or math.prod(dims) != call.p:
+    dims = parse_dims(value)
+    if dims is None or math.prod(dims) != call.p:
         raise ValueError(f"option dims must be AxB... (powers of two) multiplying to p={call.p}, "
                          f"got {value!r}")
     return dims
 
 
-def _fits(call: Call) -> bool:
-    try:
-        torus_dims(call)
-    except ValueError:
-        return False
-    return True
+DIMS = Option("dims", '"AxB..." or a tuple of powers of two', "none (one Swing over the ranks)",
+              "the torus the ranks form, the first dimension varying fastest",
+              lambda value: parse_dims(value) is not None)
+ON_TORUS = Constraint("option dims multiplies to p",
+                      lambda c: c.option("dims") is None or math.prod(parse_dims(c.option("dims"))
+                                                                      or (0,)) == c.p)
 
 
 class _TorusPart:
@@ -198,8 +204,7 @@ def _torus_allreduce(call: Call, dims: tuple[int, ...]) -> Program:
 
 
 @register("allreduce", "swing", family="swing", source=_SOURCE, cost=RABENSEIFNER_COST,
-          requires=(Constraint("option dims (AxB..., powers of two) multiplies to p", _fits),),
-          auto=False)
+          requires=(ON_TORUS,), options=(DIMS,), auto=False)
 def plan_swing_allreduce(call: Call) -> Program:
     """Swing allreduce, bandwidth-optimal: a Swing reduce-scatter of p' blocks (each step
     hands the peer the half of the current blocks it keeps), then the Swing allgather of the
@@ -219,7 +224,7 @@ def plan_swing_allreduce(call: Call) -> Program:
 
 
 @register("allreduce", "swing_latency", family="swing", source=_SOURCE,
-          cost=DOUBLING_ALLREDUCE_COST, auto=False)
+          cost=DOUBLING_ALLREDUCE_COST, auto=False, options=())
 def plan_swing_latency_allreduce(call: Call) -> Program:
     """Swing allreduce, latency-optimal: in step s each rank swaps its whole partial vector
     with its Swing peer r +/- rho(s) and reduces.
@@ -239,7 +244,8 @@ def _blocks_of(fold: _Fold, blocks: list[Region], nodes: tuple[int, ...]) -> tup
 
 @register("reduce_scatter", "swing", family="swing", source=_SOURCE,
           cost=Cost(_ROUNDS, f"n * (p - 1 + {_FOLDED})",
-                    "⌊log2 p⌋α + (p-1)n(β + γ); p ≠ 2^k: +2α + pn(β + γ) + nβ"), auto=False)
+                    "⌊log2 p⌋α + (p-1)n(β + γ); p ≠ 2^k: +2α + pn(β + γ) + nβ"),
+          auto=False, options=())
 def plan_swing_reduce_scatter(call: Call) -> Program:
     """Swing reduce-scatter: in step s each rank sends its Swing peer r +/- rho(s) the
     partial sums of the blocks the peer reaches by the remaining steps and reduces those it
@@ -291,7 +297,7 @@ def plan_swing_reduce_scatter(call: Call) -> Program:
           # a pair survivor is the busiest: its sets' blocks (the pairs' twice), then all but one
           cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLDED} * n * ({_P} - 1 + swing_pairs(p))",
                     "⌊log2 p⌋α + (p-1)nβ; p ≠ 2^k: +2α + pnβ and more on the pairs"),
-          auto=False)
+          auto=False, options=())
 def plan_swing_allgather(call: Call) -> Program:
     """Swing allgather, the reduce-scatter's mirror: in step s (last to first) each rank
     sends its Swing peer everything it has gathered, the blocks of the ranks it reaches by

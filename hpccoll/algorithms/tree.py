@@ -12,11 +12,20 @@ the per-element time, gamma the per-element reduction time, k the chain's segmen
 
 from __future__ import annotations
 
-from ..registry import Cost, register
+from ..registry import Cost, Option, register
 from ..schedule import (RECV, SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, blocks,
                         even_split, one_rank, relabel, segment_count, segments, sequence, span)
 
 CHAIN_SEGMENT_BYTES = 256 << 10
+
+
+def segment_option(default: str) -> Option:
+    """The option ``segment_bytes`` (what :func:`hpccoll.schedule.segment_count` reads), with
+    ``default`` in words."""
+    return Option("segment_bytes", "a positive integer", default,
+                  "the bytes of a segment: messages are cut into segments of at most this",
+                  lambda value: isinstance(value, int) and not isinstance(value, bool)
+                  and value > 0)
 
 
 def _from_root(call: Call, program: Program) -> Program:
@@ -119,6 +128,7 @@ def _chain_segments(call: Call, region: Region) -> list[Region]:
 
 
 @register("bcast", "chain", family="tree", source="pipelined chain",
+          options=(segment_option("256 KiB"),),
           cost=Cost("p - 1", "n * min(1, p - 1)", "(p+k-2)(α + n/k·β), k segments"))
 def plan_chain_bcast(call: Call) -> Program:
     """Pipelined chain broadcast: the vector cut into k segments (``segment_bytes``, default
@@ -195,6 +205,7 @@ def plan_reduce_scatter_gather_reduce(call: Call) -> Program:
 
 
 @register("reduce", "chain", family="tree", source="pipelined chain",
+          options=(segment_option("256 KiB"),),
           cost=Cost("p - 1", "n * min(1, p - 1)", "(p+k-2)(α + n/k·β + n/k·γ), k segments"))
 def plan_chain_reduce(call: Call) -> Program:
     """Pipelined chain reduce, the mirror of the chain broadcast: segments flow from the

@@ -133,6 +133,15 @@ def test_allreduce_matches_native(mpi_ranks, comm):
         check(got, want, f"rat {options} n={n}")
         hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
         check(send, want, f"rat IN_PLACE {options} n={n}")
+    # declared options: an unknown name or a value out of range is refused on every rank
+    # before any message (the receive buffer stays as it was)
+    for name, options, words in [("rat", {"segment_bytes": -4}, "option segment_bytes is a "),
+                                 ("bine", {"radix": 2}, "only its options"),
+                                 ("swing", {"dims": "3x3"}, "option dims is ")]:
+        got = np.full(8, 7.0)
+        with pytest.raises(ValueError, match=f"algorithm '{name}' .*requires {words}"):
+            hpccoll.allreduce(sub, np.ones(8), got, algorithm=name, options=options)
+        assert (got == 7.0).all()
     sub.Free()
 
 

@@ -103,11 +103,38 @@ def test_swing_torus_form_uses_every_port_of_a_node_each_step():
 
 def test_swing_torus_form_declares_its_option():
     swing = registry.get("allreduce", "swing")
-    for dims, p in [("3x3", 9), ("4x4", 8), ("4by4", 16), ((4, 4.0), 16), ([4, 4], 16)]:
+    for dims, p, why in [("3x3", 9, 'option dims is "AxB..." or a tuple of powers of two'),
+                         ("4by4", 16, 'option dims is "AxB..." or a tuple of powers of two'),
+                         ((4, 4.0), 16, 'option dims is "AxB..." or a tuple of powers of two'),
+                         ([4, 4], 16, 'option dims is "AxB..." or a tuple of powers of two'),
+                         ("4x4", 8, "option dims multiplies to p")]:
         call = replace(uniform_call("allreduce", p, 0, 4), options=(("dims", dims),))
-        assert swing.violated(call) == "option dims (AxB..., powers of two) multiplies to p"
+        assert swing.violated(call) == why
         with pytest.raises(ValueError, match="option dims must be AxB"):
             swing.planner(call)
+
+
+@pytest.mark.parametrize("collective,name,bad,why,good", [
+    ("alltoall", "bruck", {"radx": 3}, "only its options (radix); 'radx' is not one of them",
+     {"radix": 3}),
+    ("alltoall", "bruck", {"radix": 1}, "option radix is an integer >= 2", {"radix": 2}),
+    ("allreduce", "rat", {"segment_bytes": -4}, "option segment_bytes is a positive integer",
+     {"segment_bytes": 4}),
+    ("allreduce", "ps", {"segment_bytes": "1M"}, "option segment_bytes is a positive integer",
+     {"segment_bytes": 1 << 20}),
+    ("bcast", "chain", {"segment_bytes": 0}, "option segment_bytes is a positive integer", {}),
+    ("allgather", "pat", {"buffer": 8},
+     "only its options (buffer_bytes); 'buffer' is not one of them", {"buffer_bytes": 8}),
+    ("allreduce", "bine", {"segment_bytes": 8},
+     "only its options (it takes none); 'segment_bytes' is not one of them", {}),
+    ("allreduce", "swing", {"dims": "4x4", "radix": 2},
+     "only its options (dims); 'radix' is not one of them", {"dims": (2, 8)}),
+])
+def test_declared_options_refuse_unknown_names_and_values(collective, name, bad, why, good):
+    algorithm = registry.get(collective, name)
+    for options, problem in ((bad, why), (good, None)):
+        call = uniform_call(collective, 16, 0, 4, options=tuple(sorted(options.items())))
+        assert algorithm.violated(call) == problem
 
 
 def test_bine_tree_is_the_negabinary_tree():
@@ -185,7 +212,3 @@ def test_pat_reduce_scatter_buffer_is_logarithmic_with_one_block_messages():
         assert program.scratch <= 5 * (p - 1).bit_length()
 
 
-def test_pat_refuses_a_bad_buffer():
-    call = replace(uniform_call("allgather", 4, 0, 2), options=(("buffer_bytes", 0),))
-    assert registry.get("allgather", "pat").violated(call) == \
-        "option buffer_bytes is a positive integer"
