@@ -59,7 +59,9 @@ class PersistentRequest(Request):
     Once a run has been on the compiled executor (:mod:`hpccoll.runtime.scheduled`, from the
     second start), ``start()`` and ``wait()`` call its function directly; anything but a
     clean completion goes to an :class:`~hpccoll.runtime.executor.Operation` (deadline,
-    notices, failure) as on the first run."""
+    notices, failure) as on the first run.  The library's own collective, where the compiled
+    native executor runs the call, is posted and polled there (:class:`NativeStarted`, on a
+    state of its own)."""
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
@@ -68,25 +70,33 @@ class PersistentRequest(Request):
         self._tag = prepared.tag(self._slot)
         self._freed = False
         self._runner: Runner | None = None      # the compiled executor's, once it ran there
+        self._native = None if prepared.compiled is None else prepared.compiled.twin()
 
     @property
     def active(self) -> bool:
         return self._operation is not None and not self._operation.done
 
     def start(self) -> None:
-        runner = self._runner
-        if runner is not None and runner.binding.runner is runner and \
-                not runner.binding.busy and _plain and self._prepared.ctx.revoked is None:
-            prepared = self._prepared
-            self._operation = Started.begin(runner, runner.send, runner.recv, self._tag,
-                                            prepared.reduce, (self._send, self._recv),
-                                            prepared.ctx)
-            return
         if self._freed:
             raise RuntimeError("persistent collective started after free()")
         if self.active:
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
+        prepared = self._prepared
+        if _plain and prepared.ctx.revoked is None:
+            runner, native = self._runner, self._native
+            if native is not None:
+                started = NativeStarted.begin(native, self._send, self._send[:0]
+                                              if prepared.ignores_recv else self._recv)
+                if started is not None:
+                    self._operation = started
+                    return
+            elif runner is not None and runner.binding.runner is runner and \
+                    not runner.binding.busy:
+                self._operation = Started.begin(runner, runner.send, runner.recv, self._tag,
+                                                prepared.reduce, (self._send, self._recv),
+                                                prepared.ctx)
+                return
         self._operation = operation = self._prepared.start(self._send, self._recv, self._slot)
         if isinstance(operation, Operation) and not self._prepared.on_device:
             self._runner = operation.runner     # scheduled, on the user's host arrays
@@ -103,7 +113,7 @@ class PersistentRequest(Request):
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
-            self._runner = None
+            self._runner = self._native = None
 
 
 class NativeOperation:

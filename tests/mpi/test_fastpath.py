@@ -518,19 +518,22 @@ def test_compiled_scheduled_executor_on_every_algorithm(mpi_ranks, comm):
 @pytest.mark.mpi(ranks=[2, 3], timeout=600)
 def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     """Persistent collectives of every scheduled algorithm, started ten times each (from the
-    second start on the compiled executor), completed by wait() and by polling test(), with
-    uneven counts where the collective takes them: each run's result equal to NumPy's, and
-    start() while active raising as on MPI's persistent requests."""
+    second start on the compiled executor), and of native (the library's call posted and
+    polled by the compiled native executor from the first start), completed by wait() and by
+    polling test(), with uneven counts where the collective takes them: each run's result
+    equal to NumPy's, and start() while active raising as on MPI's persistent requests."""
     import hpccoll
+    from hpccoll.requests import NativeStarted
     from hpccoll.runtime import libmpi
     from mpi4py import MPI
     p, r = comm.size, comm.rank
     seed = iter(range(100_000))
     uneven = [2 * k + 1 for k in range(p)]
     for collective in COLLECTIVES:
-        for algorithm in applicable(collective, p):
+        for algorithm in applicable(collective, p) + ["native"]:
             for n, counts in ((5, None), (40000, None), (None, uneven)):
-                if counts is not None and algorithm not in applicable_uneven(collective, p):
+                if counts is not None and algorithm not in applicable_uneven(collective, p) \
+                        + ["native"] * (collective in ("allgather", "reduce_scatter")):
                     continue                # (allreduce and alltoall take no counts)
                 block = n or max(counts)
                 size = sum(counts) if counts else send_size(collective, p, block)
@@ -566,8 +569,9 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
                     else:
                         want = reduced(collective, xs, r, "sum", counts)
                     assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
-                assert libmpi.available() <= (request._runner is not None), (collective,
-                                                                           algorithm)
+                fast = isinstance(request._operation, NativeStarted) if algorithm == "native" \
+                    else request._runner is not None
+                assert libmpi.available() <= fast, (collective, algorithm)
                 request.free()
     comm.Barrier()
     assert MPI.Is_initialized()
