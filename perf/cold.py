@@ -1,8 +1,11 @@
 """The table of perf/cold.sh's runs: per collective and size, native's time on warm buffers
-and on cold ones (the median over the repeats, and the range), the slowdown cold/warm of
-native and of auto, and auto's speed relative to native within each run (warm, cold).
+and on cold ones, the slowdown cold/warm of native and of auto, and auto's speed relative to
+native within each run (warm, cold); each the median over the repeats, with their range.
+A cell's time is its ``--stat``: ``p10`` (default: the 10th percentile over iterations of
+the slowest rank's time, which a host loaded by other jobs spoils less than the median,
+when most iterations lose a time slice to them) or ``median`` (bench's own).
 
-Usage: python perf/cold.py DIRECTORY (the runs' JSON files, C_MODE_rREP.json)
+Usage: python perf/cold.py DIRECTORY [p10|median] (the runs' JSON files, C_MODE_rREP.json)
 """
 
 from __future__ import annotations
@@ -32,34 +35,38 @@ def spread(values: list[float], digits: int = 2) -> str:
     return f"{np.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
-def table(runs: dict, collective: str) -> list[str]:
+def table(runs: dict, collective: str, stat: str) -> list[str]:
     warm, cold = runs[collective, "warm"], runs[collective, "cold"]
-    lines = [f"### {collective}", "",
+    field = {"p10": "p10_us", "median": "time_us"}[stat]
+    lines = [f"### {collective} ({stat} of each cell's iterations)", "",
              "| size | native warm (us) | native cold (us) | native cold/warm | "
              "auto cold/warm | auto vs native warm | auto vs native cold | auto picks |",
              "|---:|---:|---:|---:|---:|---:|---:|---|"]
     for size in sorted(warm):
         if size not in cold:
             continue
-        native_w = [r["time_us"] for r in warm[size]["native"]]
-        native_c = [r["time_us"] for r in cold[size]["native"]]
-        auto_w = [r["time_us"] for r in warm[size]["auto"]]
-        auto_c = [r["time_us"] for r in cold[size]["auto"]]
+        times = {(mode, name): [r[field] for r in rows[size][name]]
+                 for mode, rows in (("warm", warm), ("cold", cold))
+                 for name in ("native", "auto")}
         picks = sorted({r["resolved"] for r in warm[size]["auto"] + cold[size]["auto"]})
-        slow_n = [c / w for c, w in zip(native_c, native_w)]
-        slow_a = [c / w for c, w in zip(auto_c, auto_w)]
+
+        def ratios(a, b):
+            return [x / y for x, y in zip(times[a], times[b])]
         lines.append(
-            f"| {human_size(size)} | {spread(native_w, 1)} | {spread(native_c, 1)} | "
-            f"{spread(slow_n)} | {spread(slow_a)} | "
-            f"{spread([r['vs_native'] for r in warm[size]['auto']])} | "
-            f"{spread([r['vs_native'] for r in cold[size]['auto']])} | {', '.join(picks)} |")
+            f"| {human_size(size)} | {spread(times['warm', 'native'], 1)} | "
+            f"{spread(times['cold', 'native'], 1)} | "
+            f"{spread(ratios(('cold', 'native'), ('warm', 'native')))} | "
+            f"{spread(ratios(('cold', 'auto'), ('warm', 'auto')))} | "
+            f"{spread(ratios(('warm', 'native'), ('warm', 'auto')))} | "
+            f"{spread(ratios(('cold', 'native'), ('cold', 'auto')))} | {', '.join(picks)} |")
     return lines + [""]
 
 
 def main() -> None:
     runs = load(Path(sys.argv[1]))
+    stat = sys.argv[2] if len(sys.argv) > 2 else "p10"
     for collective in dict.fromkeys(c for c, _ in runs):
-        print("\n".join(table(runs, collective)))
+        print("\n".join(table(runs, collective, stat)))
 
 
 if __name__ == "__main__":

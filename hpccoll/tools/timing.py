@@ -166,21 +166,21 @@ def _cache_size(text: str) -> int:
 
 class Rotation:
     """Cold buffers for one cell: ``sets`` send and receive buffers of ``send_n`` and
-    ``recv_n`` elements (send_n 0: no send buffer), each set starting on its own cache line,
-    together at least ``total`` bytes (and at least two sets, so no call reuses the previous
-    call's buffers).  :meth:`advance` moves to the next set (``send``, ``recv``; ``index``);
+    ``recv_n`` elements (send_n 0: no send buffer; recv_n 0: a reduce's other ranks), each
+    set starting on its own cache line, together at least ``total`` bytes (and at least two
+    sets, so no call reuses the previous call's buffers).  :meth:`advance` moves to the next set (``send``, ``recv``; ``index``);
     every send buffer holds ``send_input`` and every receive buffer ``recv_input`` (None:
     zeros), so each call sees the data a call on one pair of buffers would."""
 
     def __init__(self, send_input: np.ndarray | None, recv_n: int, dtype: np.dtype,
                  total: int, recv_input: np.ndarray | None = None):
         dtype = np.dtype(dtype)
-        if recv_n < 1:
-            raise ValueError(f"cold buffers need a receive buffer, got {recv_n} elements")
+        if recv_n < 0:
+            raise ValueError(f"a receive buffer of {recv_n} elements")
         send_n = 0 if send_input is None else send_input.size
         line = max(CACHE_LINE // dtype.itemsize, 1)
         self.send_stride, self.recv_stride = (-(-n // line) * line for n in (send_n, recv_n))
-        set_bytes = (self.send_stride + self.recv_stride) * dtype.itemsize
+        set_bytes = max((self.send_stride + self.recv_stride) * dtype.itemsize, 1)
         self.sets = max(2, -(-total // set_bytes))
         self._send = None if send_input is None else \
             _aligned(self.sets * self.send_stride, dtype)

@@ -199,8 +199,13 @@ def test_cold_buffers_are_at_least_two_sets_and_hold_the_receive_input():
     for _ in range(2):
         assert np.array_equal(rotation.recv, start)
         rotation.advance()
-    with pytest.raises(ValueError, match="receive buffer"):
-        timing.Rotation(None, 0, np.int32, total=1)
+    # a reduce's other ranks receive nothing: their sets are the send buffers alone
+    rotation = timing.Rotation(np.ones(16, np.int32), 0, np.int32, total=256)
+    assert rotation.sets == 4 and rotation.recv.size == 0
+    rotation.advance()
+    assert rotation.send.size == 16 and rotation.send.all()
+    with pytest.raises(ValueError, match="-1 elements"):
+        timing.Rotation(None, -1, np.int32, total=1)
 
 
 def test_the_summary_averages_each_algorithms_bus_bandwidth_over_its_sizes():
