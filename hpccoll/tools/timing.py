@@ -168,9 +168,10 @@ class Rotation:
     """Cold buffers for one cell: ``sets`` send and receive buffers of ``send_n`` and
     ``recv_n`` elements (send_n 0: no send buffer; recv_n 0: a reduce's other ranks), each
     set starting on its own cache line, together at least ``total`` bytes (and at least two
-    sets, so no call reuses the previous call's buffers).  :meth:`advance` moves to the next set (``send``, ``recv``; ``index``);
-    every send buffer holds ``send_input`` and every receive buffer ``recv_input`` (None:
-    zeros), so each call sees the data a call on one pair of buffers would."""
+    sets, so no call reuses the previous call's buffers).  :meth:`advance` moves to the next
+    set (``send``, ``recv``; ``index``); every send buffer holds ``send_input`` and every
+    receive buffer ``recv_input`` (None: zeros), so each call sees the data a call on one
+    pair of buffers would."""
 
     def __init__(self, send_input: np.ndarray | None, recv_n: int, dtype: np.dtype,
                  total: int, recv_input: np.ndarray | None = None):
