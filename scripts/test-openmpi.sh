@@ -15,10 +15,14 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_osc=^ucx
 # windows and communicators, and a clean exit.  The layers built on those same calls -- the
 # CLI, the examples, the device buffers (Numba's CUDA simulator), topology detection,
 # attention, MoE and resharding -- run under MPICH only, to keep CI within its time; so do
-# the launches at 1 rank (no messages) and at 5 to 8 ranks (oversubscribed 2-core runs).
-export HPCCOLL_TEST_RANKS=2,3,4
+# the launches at 1 rank (no messages) and at 4 to 8 ranks (oversubscribed 2-core runs; a
+# schedule's shape at 4 ranks is the library's concern no more than at 2 and 3), except the
+# tests that need 4 ranks (two nodes of two ranks), which run at 4 (tests/conftest.py).
+# The kernel tests of test_shared.py call no MPI: MPICH's pass runs them.
+export HPCCOLL_TEST_RANKS=2,3
 python -m pytest tests/mpi/test_mpi_collectives.py tests/mpi/test_mpi_rooted.py \
     tests/mpi/test_fastpath.py tests/mpi/test_comm_fastpath.py tests/mpi/test_mpi_faults.py \
     tests/mpi/test_mpi_errors.py \
     tests/mpi/test_mpi_csc.py tests/mpi/test_shared.py tests/mpi/test_mpi_comm.py \
-    tests/mpi/test_examples.py::test_exit_prints_nothing_on_stderr
+    tests/mpi/test_examples.py::test_exit_prints_nothing_on_stderr \
+    --deselect tests/mpi/test_shared.py::test_reduce_rows_matches_numpy

@@ -19,17 +19,35 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """``HPCCOLL_TEST_RANKS=2,3,4`` keeps only the MPI launches at those rank counts: the
-    Open MPI pass (scripts/test-openmpi.sh) runs the counts where the libraries differ --
-    messages between ranks, powers of two and not -- and MPICH's pass runs every count."""
+    """``HPCCOLL_TEST_RANKS=2,3`` keeps only the MPI launches at those rank counts, and of a
+    test with none at those counts its launch at the fewest ranks above 1 (a test of four
+    ranks on two nodes, say): the Open MPI pass (scripts/test-openmpi.sh) runs the counts
+    where the libraries differ -- messages between ranks, powers of two and not -- and
+    MPICH's pass runs every count."""
     wanted = os.environ.get("HPCCOLL_TEST_RANKS")
     if not wanted:
         return
     keep = {int(ranks) for ranks in wanted.split(",")}
+
+    def ranks_of(item):
+        return item.callspec.params.get("mpi_ranks") if hasattr(item, "callspec") else None
+
+    def test_of(item):                      # the test function and its other parameters
+        params = sorted((k, repr(v)) for k, v in item.callspec.params.items()
+                        if k != "mpi_ranks")
+        return item.path, item.originalname, tuple(params)
+
+    counts = {}
+    for item in items:
+        if ranks_of(item) is not None:
+            counts.setdefault(test_of(item), set()).add(ranks_of(item))
+    fallback = {test: min((n for n in ranks if n > 1), default=None)
+                for test, ranks in counts.items() if not ranks & keep}
     chosen, dropped = [], []
     for item in items:
-        ranks = item.callspec.params.get("mpi_ranks") if hasattr(item, "callspec") else None
-        (chosen if ranks is None or ranks in keep else dropped).append(item)
+        ranks = ranks_of(item)
+        kept = ranks is None or ranks in keep or fallback.get(test_of(item)) == ranks
+        (chosen if kept else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = chosen

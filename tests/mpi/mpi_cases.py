@@ -8,6 +8,18 @@ import numpy as np
 DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
           "uint16", "uint32", "uint64", "complex64", "complex128"]
 OPS = ["sum", "prod", "min", "max"]
+# every item size (1, 2, 4, 8, 16 bytes) and kind (signed, unsigned, float, complex)
+CORE_DTYPES = ["int8", "float16", "uint32", "float64", "complex128"]
+OTHER_DTYPES = [d for d in DTYPES if d not in CORE_DTYPES]
+
+
+def dtypes_for(index: int) -> list[str]:
+    """The dtypes the ``index``-th algorithm of a collective runs: the core ones and two of
+    the others in turn, so that a collective's first four algorithms run every dtype
+    between them.  (Dtypes of one size and kind take the same path through a schedule;
+    MPI's own collective, which maps each to its MPI datatype, runs them all.)"""
+    extra = [OTHER_DTYPES[(2 * index + k) % len(OTHER_DTYPES)] for k in (0, 1)]
+    return CORE_DTYPES + extra
 
 
 def ops_for(dtype: str) -> list[str]:
@@ -28,6 +40,17 @@ def data(rank: int, n: int, dtype: str, op: str = "sum", salt: int = 0) -> np.nd
     if np.dtype(dtype).kind == "c":
         out = out + 1j * rng.integers(-3, 4, size=n).astype(dtype)
     return out
+
+
+def segmented(collective: str, name: str, nbytes: int) -> dict | None:
+    """``options`` asking ``name`` for segments of ``nbytes``: None for an algorithm whose
+    declared options leave segment_bytes out (it refuses options it does not declare)."""
+    from hpccoll import registry
+    if name != registry.NATIVE:
+        declared = registry.get(collective, name).options
+        if declared is not None and "segment_bytes" not in {o.name for o in declared}:
+            return None
+    return {"segment_bytes": nbytes}
 
 
 def mpi_op(name):

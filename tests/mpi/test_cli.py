@@ -28,7 +28,8 @@ def hpccoll(*args: str, ranks: int | None = None,
 @pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce", "alltoall"])
 def test_bench_writes_checked_results(collective, tmp_path):
     out = tmp_path / "bench.json"
-    done = hpccoll("bench", collective, "-a", "all", "-m", "4:64K", "-i", "5", "-x", "1",
+    # sizes by a factor of 8 (4 B to 16 KiB): both size bands of the summary, five cells
+    done = hpccoll("bench", collective, "-a", "all", "-m", "4:16K:8", "-i", "5", "-x", "1",
                    "--min-time", "0.01", "--json", str(out), ranks=3)
     assert done.returncode == 0, done.stderr
     lines = [l for l in done.stdout.splitlines() if l and not l.startswith("#")]
@@ -38,7 +39,7 @@ def test_bench_writes_checked_results(collective, tmp_path):
     assert (report["meta"]["min_iterations"], report["meta"]["min_time"]) == (5, 0.01)
     assert len(lines) == len(results)
     sizes = sorted({r["bytes"] for r in results})
-    assert sizes == [4 << k for k in range(15)]
+    assert sizes == [4 << 3 * k for k in range(5)]
     for size in sizes:
         rows = [r for r in results if r["bytes"] == size]
         assert rows[0]["algorithm"] == "native" and rows[0]["vs_native"] == pytest.approx(1.0)
@@ -150,8 +151,8 @@ def test_tune_writes_a_table_that_auto_follows(tmp_path):
     from hpccoll import tuning
     table = tmp_path / "tuning.json"
     for ranks in (2, 3):          # merged: both rank counts end up in one table
-        done = hpccoll("tune", "allreduce", "alltoall", "-m", "8:4K", "-i", "5", "--min-time",
-                       "0", "-x", "1", "--out", str(table), ranks=ranks)
+        done = hpccoll("tune", "allreduce", "alltoall", "-m", "8:4K:8", "-i", "5",
+                       "--min-time", "0", "-x", "1", "--out", str(table), ranks=ranks)
         assert done.returncode == 0, done.stderr
     loaded = tuning.load_table(str(table), table.stat().st_mtime)
     assert [e["ranks"] for e in loaded["collectives"]["allreduce"]] == [[2, 2], [3, 3]]

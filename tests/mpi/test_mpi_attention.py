@@ -86,10 +86,16 @@ def check_forward(comm, lengths, shapes, stream_too=True):
     return worst
 
 
+# Each test function is one ``mpiexec`` launch per rank count: it runs several groups of
+# cases (the check_* functions), not one launch each.
+
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
 def test_attention_matches_numpy(mpi_ranks, comm, monkeypatch):
+    """float64 of every shape and layout, float32 and one head, then bad arguments."""
     worst = check_forward(comm, lengths_for(comm.size), [(5,), (3, 4)])
     assert worst > 0 or comm.size == 1       # the comparison saw rounding, not nothing
+    check_float32_and_1_head_3d(comm)
+    check_bad_arguments_raise_on_every_rank(comm)
     # causal pieces cut into blocks of 3 rows (256 by default: more than these lengths)
     monkeypatch.setattr(attention_module(), "CAUSAL_BLOCK", 3)
     check_forward(comm, [13, 67], [(3, 4)], stream_too=False)
@@ -100,8 +106,7 @@ def test_attention_at_8_ranks(mpi_ranks, comm):
     check_forward(comm, [3, 8, 61, 2 * 8 * 7], [(3, 4)], stream_too=False)
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_attention_float32_and_1_head_3d(mpi_ranks, comm):
+def check_float32_and_1_head_3d(comm):
     from hpccoll.patterns import ATTENTION_LAYOUTS, attention, shard
     for shape in [(1, 8), (8,)]:
         q, k, v = inputs(29, shape, seed=3, dtype="float32")
@@ -115,10 +120,14 @@ def test_attention_float32_and_1_head_3d(mpi_ranks, comm):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-@pytest.mark.parametrize("block", [256, 3])
-def test_attention_backward_matches_numpy(mpi_ranks, comm, block, monkeypatch):
+def test_attention_backward_matches_numpy(mpi_ranks, comm, monkeypatch):
+    for block in (256, 3):                                      # 3: causal pieces in blocks
+        monkeypatch.setattr(attention_module(), "CAUSAL_BLOCK", block)
+        check_backward(comm)
+
+
+def check_backward(comm):
     from hpccoll.patterns import ATTENTION_LAYOUTS, attention, attention_backward, shard
-    monkeypatch.setattr(attention_module(), "CAUSAL_BLOCK", block)  # 3: causal pieces in blocks
     p = comm.size
     for length in sorted({1, max(p - 1, 1), 13, 4 * p, 40}):
         for shape in [(4,), (2, 3)]:
@@ -142,7 +151,12 @@ def test_attention_backward_matches_numpy(mpi_ranks, comm, block, monkeypatch):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_shard_unshard_round_trip(mpi_ranks, comm):
+def test_shard_unshard_round_trip_and_bad_arguments(mpi_ranks, comm):
+    check_shard_unshard_round_trip(comm)
+    check_unshard_bad_arguments_raise_on_every_rank(comm)
+
+
+def check_shard_unshard_round_trip(comm):
     from hpccoll.patterns import LAYOUTS, positions, shard, unshard
     p, r = comm.size, comm.rank
     for layout in LAYOUTS:
@@ -156,8 +170,7 @@ def test_shard_unshard_round_trip(mpi_ranks, comm):
                 assert np.array_equal(unshard(local, comm, layout, axis=axis), moved)
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
+def check_bad_arguments_raise_on_every_rank(comm):
     """Problems only one rank can see reach every rank through the agreement, so all raise
     alike (no rank waits for a message that never comes); a good call works afterwards."""
     from hpccoll.patterns import attention, shard
@@ -187,8 +200,7 @@ def test_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
     assert relative_error(out, shard(want, comm, "zigzag")) < TOLERANCE
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_unshard_bad_arguments_raise_on_every_rank(mpi_ranks, comm):
+def check_unshard_bad_arguments_raise_on_every_rank(comm):
     """unshard with one rank's arguments wrong (1 MiB shards): the same error on every rank,
     naming that rank, before the payload moves; a good call works afterwards."""
     from hpccoll.patterns import shard, unshard

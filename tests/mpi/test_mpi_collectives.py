@@ -2,7 +2,9 @@
 
 Each test function is one ``mpiexec`` launch per rank count and loops over algorithms,
 dtypes, ops, sizes (0 and odd ones included), uneven counts and IN_PLACE.  Inputs are small
-integers, so every reduction order gives the exact result and outputs must be equal.
+integers, so every reduction order gives the exact result and outputs must be equal.  Each
+algorithm runs a dtype of every item size and kind and two more in turn (mpi_cases.dtypes_for:
+a collective's algorithms run every dtype between them), native every dtype.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_cases import DTYPES, check, data, mpi_op, ops_for
+from mpi_cases import DTYPES, check, data, dtypes_for, mpi_op, ops_for, segmented
 
 RANKS = [1, 2, 3, 4]
 SIZES = [0, 1, 7, 1000]
-OP_DTYPES = ["float16", "float32", "float64", "int32", "uint8", "complex128"]
+OP_DTYPES = ["float16", "float32", "float64", "int8", "int32", "uint8", "complex128"]
 
 
 def algorithms_for(collective: str, comm) -> list[str]:
@@ -24,7 +26,13 @@ def algorithms_for(collective: str, comm) -> list[str]:
     return [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
 
 
-def cases(dtypes=DTYPES, with_ops=False):
+def with_dtypes(collective: str, comm):
+    """(algorithm, its dtypes): every algorithm that serves this call, then native."""
+    names = algorithms_for(collective, comm)
+    return [(name, dtypes_for(i)) for i, name in enumerate(names)] + [("native", DTYPES)]
+
+
+def cases(dtypes, with_ops=False):
     for dtype in dtypes:
         for op in (ops_for(dtype) if with_ops and dtype in OP_DTYPES else ["sum"]):
             for n in SIZES:
@@ -36,8 +44,8 @@ def test_allgather_matches_native(mpi_ranks, comm):
     import hpccoll
     from mpi4py import MPI
     p, r = comm.size, comm.rank
-    for name in algorithms_for("allgather", comm) + ["native"]:
-        for dtype, _, n in cases():
+    for name, dtypes in with_dtypes("allgather", comm):
+        for dtype, _, n in cases(dtypes):
             send = data(r, n, dtype)
             want = np.zeros(n * p, dtype)
             comm.Allgather(send, want)
@@ -62,8 +70,8 @@ def test_allgather_matches_native(mpi_ranks, comm):
 def test_reduce_scatter_matches_native(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank
-    for name in algorithms_for("reduce_scatter", comm) + ["native"]:
-        for dtype, op, n in cases(with_ops=True):
+    for name, dtypes in with_dtypes("reduce_scatter", comm):
+        for dtype, op, n in cases(dtypes, with_ops=True):
             send = data(r, n * p, dtype, op)
             want = np.zeros(n, dtype)
             comm.Reduce_scatter_block(send, want, op=mpi_op(op))
@@ -76,7 +84,7 @@ def test_reduce_scatter_matches_native(mpi_ranks, comm):
         comm.Reduce_scatter(send, want, counts)
         got = np.zeros(counts[r])
         hpccoll.reduce_scatter(comm, send, got, recvcounts=counts, algorithm=name,
-                               options={"segment_bytes": 16})
+                               options=segmented("reduce_scatter", name, 16))
         check(got, want, f"{name} uneven {counts}, 2-element segments")
 
 
@@ -85,8 +93,8 @@ def test_allreduce_matches_native(mpi_ranks, comm):
     import hpccoll
     from mpi4py import MPI
     r = comm.rank
-    for name in algorithms_for("allreduce", comm) + ["native"]:
-        for dtype, op, n in cases(with_ops=True):
+    for name, dtypes in with_dtypes("allreduce", comm):
+        for dtype, op, n in cases(dtypes, with_ops=True):
             send = data(r, n, dtype, op)
             want = np.zeros(n, dtype)
             comm.Allreduce(send, want, op=mpi_op(op))
@@ -100,7 +108,8 @@ def test_allreduce_matches_native(mpi_ranks, comm):
         want = np.zeros_like(send)
         comm.Allreduce(send, want)
         got = np.zeros_like(send)
-        hpccoll.allreduce(comm, send, got, algorithm=name, options={"segment_bytes": 1024})
+        hpccoll.allreduce(comm, send, got, algorithm=name,
+                          options=segmented("allreduce", name, 1024))
         check(got, want, f"{name} segmented")
 
 
@@ -108,8 +117,8 @@ def test_allreduce_matches_native(mpi_ranks, comm):
 def test_alltoall_matches_native(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank
-    for name in algorithms_for("alltoall", comm) + ["native"]:
-        for dtype, _, n in cases():
+    for name, dtypes in with_dtypes("alltoall", comm):
+        for dtype, _, n in cases(dtypes):
             send = data(r, n * p, dtype)
             want = np.zeros(n * p, dtype)
             comm.Alltoall(send, want)
@@ -130,8 +139,8 @@ def test_alltoallv_matches_native(mpi_ranks, comm):
     for j in reversed(range(p)):
         rdispls[j] = at
         at += recvcounts[j] + 2
-    for name in algorithms_for("alltoallv", comm) + ["native"]:
-        for dtype in DTYPES:
+    for name, dtypes in with_dtypes("alltoallv", comm):
+        for dtype in dtypes:
             send = data(r, sdispls[-1] + sendcounts[-1], dtype)
             want = np.full(at, 99, dtype)
             comm.Alltoallv([send, (sendcounts, sdispls)], [want, (recvcounts, rdispls)])

@@ -44,7 +44,7 @@ def _compare(comm, hpccoll_comm, collective, dtype, op, n, name="csc"):
     assert np.array_equal(got, want), f"{collective} {dtype} {op} n={n}"
 
 
-@pytest.mark.mpi(ranks=[1, 2, 3, 4, 8], timeout=300)
+@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=300)
 def test_csc_matches_native(mpi_ranks, comm):
     reducing = ("reduce_scatter", "allreduce")
     for collective in COLLECTIVES:
@@ -85,11 +85,12 @@ def test_csc_back_to_back_calls_and_in_place(mpi_ranks, comm):
     assert np.array_equal(blocks, np.repeat(np.arange(1, p + 1), 5))
 
 
-@pytest.mark.mpi(ranks=[4, 6, 8], timeout=300)
+@pytest.mark.mpi(ranks=[4, 6], timeout=300)
 def test_csc_hierarchical_on_given_topologies(mpi_ranks, comm):
+    """2 x 2, then 2 x 3 and 3 x 2: two and three nodes, two and three ranks a node."""
     import hpccoll
     p = comm.size
-    for spec in [f"nodes=2,ppn={p // 2}", f"nodes={p // 2},ppn=2"]:
+    for spec in dict.fromkeys([f"nodes=2,ppn={p // 2}", f"nodes={p // 2},ppn=2"]):
         sub = comm.Dup()
         hpccoll.set_topology(sub, spec)
         for collective in ["allgather", "reduce_scatter", "allreduce"]:

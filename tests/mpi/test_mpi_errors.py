@@ -82,7 +82,8 @@ def bad_calls(comm):
     return [case + (out,) for case in cases]
 
 
-@pytest.mark.mpi(ranks=[1, 2, 3, 4, 6], timeout=120)
+# 1 rank (no messages), a power of two and not: every rank checks its own arguments
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=120)
 def test_bad_input_raises_everywhere_before_any_message(mpi_ranks, comm):
     import hpccoll
     p, r = comm.size, comm.rank

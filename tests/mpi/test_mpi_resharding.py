@@ -34,7 +34,13 @@ def algorithms(S, H, p):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_tp_to_sp_and_back_match_numpy(mpi_ranks, comm):
+def test_tp_to_sp_and_back_match_numpy_and_refuse_bad_input(mpi_ranks, comm):
+    """One ``mpiexec`` launch per rank count: the exchanges against NumPy, then bad input."""
+    check_tp_to_sp_and_back_match_numpy(comm)
+    check_bad_input_raises_the_same_error_on_every_rank(comm)
+
+
+def check_tp_to_sp_and_back_match_numpy(comm):
     from hpccoll.patterns import sp_to_tp, tp_to_sp
     p, r = comm.size, comm.rank
     for case, ((shape, axis), dtype) in enumerate(zip(SHAPES * 2, DTYPES * 3)):
@@ -69,8 +75,7 @@ def test_tp_to_sp_and_back_match_numpy(mpi_ranks, comm):
         assert np.array_equal(sp_to_tp(z, comm, hidden=H, axis=ax - len(shape)), y), shape
 
 
-@pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_bad_input_raises_the_same_error_on_every_rank(mpi_ranks, comm):
+def check_bad_input_raises_the_same_error_on_every_rank(comm):
     from hpccoll.patterns import sp_to_tp, tp_to_sp
     p, r = comm.size, comm.rank
     B, S, H = 4, 1024, 256                          # realistic sizes

@@ -1,8 +1,8 @@
 """The all-to-all families of the article "All-to-all (parallel pattern)" (pairwise/1-factor,
 XOR, hypercube, Bruck, 2-D mesh), checked without MPI by the verifier: matching, sizes,
-bounds, unwritten reads, hazards and the result, for every p up to 64 and for powers of two
-beyond; plus each algorithm's round count and bytes, the 1-factor pairing, and the options
-and constraints."""
+bounds, unwritten reads, hazards and the result, for every p up to 33, a spread of p from 34
+to 64 and powers of two beyond; plus each algorithm's round count and bytes, the 1-factor
+pairing, and the options and constraints."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from hpccoll.algorithms.mesh import grid_shape
 from hpccoll.algorithms.pairwise import one_factor_partner, one_factor_rounds, xor_partner
 from hpccoll.collectives import uniform_call
 
-MAX_RANKS = 64      # tests/unit/test_verify.py covers every algorithm for p = 1..33 and powers
-                    # of two up to 256; this file adds p = 34..64.  Powers of two up to 1024
-                    # for xor and hypercube: `hpccoll verify`, recorded in perf/verify.md.
+# tests/unit/test_verify.py covers every algorithm for p = 1..33 and powers of two up to 128;
+# this file adds p from 34 to 64 where the structures differ: odd and even (the 1-factor
+# pairing), primes (a 1 x p mesh), squares and many divisors (mesh shapes), just above and
+# below a power of two (Bruck's partial last round), and 64 (xor, hypercube).  Powers of two
+# up to 1024 for xor and hypercube: `hpccoll verify`, recorded in perf/verify.md.
+BEYOND_33 = (34, 35, 37, 40, 45, 48, 49, 53, 56, 60, 61, 63, 64)
 
 SWEEPS = [("alltoall", "pairwise"), ("alltoallv", "pairwise"), ("alltoall", "bruck"),
           ("alltoall", "mesh"), ("alltoall", "xor"), ("alltoallv", "xor"),
@@ -30,7 +33,7 @@ SWEEPS = [("alltoall", "pairwise"), ("alltoallv", "pairwise"), ("alltoall", "bru
 def test_sweep_beyond_33_ranks(collective: str, name: str) -> None:
     algorithm = registry.get(collective, name)
     checked = 0
-    for p in range(34, MAX_RANKS + 1):
+    for p in BEYOND_33:
         if algorithm.violated(uniform_call(collective, p, 0, 1)) is None:
             checked += len(verify.check_algorithm(collective, name, p, counts=(0, 2)))
     assert checked > 0

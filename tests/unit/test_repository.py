@@ -23,7 +23,8 @@ def test_ci_runs_the_readme_test_command():
 
 def test_rank_filter_of_the_open_mpi_pass_keeps_only_the_named_counts():
     """tests/conftest.py's HPCCOLL_TEST_RANKS deselects the launches at other rank counts
-    (and keeps tests that are not MPI launches)."""
+    (and keeps tests that are not MPI launches); a test with no launch at those counts keeps
+    its launch at the fewest ranks above 1."""
     def collected(ranks):
         env = dict(os.environ, HPCCOLL_TEST_RANKS=ranks) if ranks else os.environ
         out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p",
@@ -31,11 +32,14 @@ def test_rank_filter_of_the_open_mpi_pass_keeps_only_the_named_counts():
                               "tests/unit/test_settings.py"],
                              cwd=ROOT, env=env, capture_output=True, text=True).stdout
         return re.findall(r"<Function (\S+)>", out)
-    every, some = collected(None), collected("2,4")
+    every, some = collected(None), collected("2,3")
     launches = [name for name in every if re.search(r"\[\d+\]$", name)]
     assert {name[name.rindex("["):] for name in launches} >= {"[1]", "[2]", "[3]", "[4]", "[8]"}
+    # the topology test (4, 6 and 8 ranks) runs at 4; no other launch at 4
+    topology = "test_topology_aware_algorithms_on_given_topologies"
+    assert [name for name in some if name.startswith(topology)] == [f"{topology}[4]"]
     assert some == [name for name in every if not re.search(r"\[\d+\]$", name) or
-                    name.endswith(("[2]", "[4]"))]
+                    name.endswith(("[2]", "[3]")) or name == f"{topology}[4]"]
     assert len(some) < len(every)
 
 

@@ -1,5 +1,8 @@
 """The verifier: it catches every kind of broken program, and every registered algorithm
-passes it for p = 1..33 and powers of two up to 256 (no MPI needed)."""
+passes it for p = 1..33 and powers of two up to 128 (no MPI needed).  256 ranks, a power of
+two more, takes as long as all the others together (the data moved grows like p^3) and
+reaches no step structure that 64 and 128 do not: ``hpccoll verify`` (default
+--max-power-of-two 256) checks it on demand."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ ALGORITHMS = [(a.collective, a.name) for a in registry.algorithms()]
 
 @pytest.mark.parametrize("collective,name", ALGORITHMS, ids=[f"{c}-{n}" for c, n in ALGORITHMS])
 def test_every_algorithm_verifies(collective, name):
-    assert verify.check_sweep(collective, name, max_ranks=33, max_power_of_two=256) > 0
+    assert verify.check_sweep(collective, name, max_ranks=33, max_power_of_two=128) > 0
 
 
 @settings(max_examples=25, deadline=None)
