@@ -215,13 +215,22 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
     arrays = _again(last, comm, sendbuf, recvbuf, counts, op, root, algorithm, options)
     if arrays is not _NOT_AGAIN and last.repeat(*arrays):
         return
+    run_prepared(*_validated(_last_calls, collective, comm, sendbuf, recvbuf, counts, op, root,
+                             algorithm, options))
+
+
+def _validated(last_calls: dict[str, LastCall], collective: str, comm: Any, sendbuf: Any,
+               recvbuf: Any, counts: Any, op: Any, root: Any, algorithm: str, options: Any
+               ) -> tuple[Prepared, Any, Any]:
+    """The call validated and prepared (:func:`prepare`), kept in ``last_calls`` as the
+    collective's last call if it can repeat (:meth:`LastCall.of`)."""
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                    root=root, algorithm=algorithm, options=options)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
                        algorithm, options)
     if last is not None:
-        _last_calls[collective] = last
-    run_prepared(prepared, send, recv)
+        last_calls[collective] = last
+    return prepared, send, recv
 
 
 def run_prepared(prepared: Prepared, send: Any, recv: Any) -> None:
@@ -250,12 +259,8 @@ def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
         started = last.start(*arrays)
         if started is not None:
             return Request(started)
-    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
-                                   root=root, algorithm=algorithm, options=options)
-    last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
-                       algorithm, options)
-    if last is not None:
-        _last_starts[collective] = last
+    prepared, send, recv = _validated(_last_starts, collective, comm, sendbuf, recvbuf, counts,
+                                      op, root, algorithm, options)
     return Request(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
