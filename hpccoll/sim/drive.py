@@ -25,8 +25,9 @@ class Tasks:
     """SimGrid tasks fired from Python callbacks in SimGrid's scheduler (see the module
     doc)."""
 
-    def __init__(self, sg: Any, simulation: Any, hosts: list) -> None:
+    def __init__(self, sg: Any, simulation: Any, hosts: list, ends: Any = None) -> None:
         self.sg, self.simulation, self.hosts = sg, simulation, hosts
+        self.ends = ends or (lambda src, dst: (hosts[src], hosts[dst]))
         self.comms: list[tuple[Any, list]] = []         # idle (task, its token cell)
         self.execs: dict[tuple[int, float], list] = {}  # (rank, flops) -> idle ones
         self.cooling: list[tuple[list, tuple]] = []     # (pool, (task, cell)) to reuse
@@ -54,12 +55,13 @@ class Tasks:
         task.enqueue_firings(1)
 
     def transfer(self, src: int, dst: int, nbytes: float, token: Any) -> None:
+        source, destination = self.ends(src, dst)
         if self.comms:
             task, cell = self.comms.pop()
-            task.source, task.destination, task.bytes = self.hosts[src], self.hosts[dst], nbytes
+            task.source, task.destination, task.bytes = source, destination, nbytes
         else:
-            task, cell = self._new(self.sg.CommTask.init("", nbytes, self.hosts[src],
-                                                         self.hosts[dst]), self.comms)
+            task, cell = self._new(self.sg.CommTask.init("", nbytes, source, destination),
+                                   self.comms)
         cell[0] = token
         self.fired += 1
         task.enqueue_firings(1)
@@ -74,8 +76,10 @@ class Actor:
     """One controller actor waiting on an ``ActivitySet`` (see the module doc); with a
     ``pause``, its nodes' outgoing transfers are suspended, re-drawn every period."""
 
-    def __init__(self, sg: Any, simulation: Any, hosts: list, pause: Any = None) -> None:
+    def __init__(self, sg: Any, simulation: Any, hosts: list, pause: Any = None,
+                 ends: Any = None) -> None:
         self.sg, self.simulation, self.hosts, self.pause = sg, simulation, hosts, pause
+        self.ends = ends or (lambda src, dst: (hosts[src], hosts[dst]))
         self.activities = sg.ActivitySet()
         self.owner: dict[Any, Any] = {}           # activity -> token
         self.senders: dict[Any, int] = {}         # transfer -> its source rank
@@ -89,7 +93,7 @@ class Actor:
         self._watch(execution, token)
 
     def transfer(self, src: int, dst: int, nbytes: float, token: Any) -> None:
-        comm = self.sg.Comm.sendto_async(self.hosts[src], self.hosts[dst], nbytes)
+        comm = self.sg.Comm.sendto_async(*self.ends(src, dst), nbytes)
         self.senders[comm] = src
         self._watch(comm, token)
         if self.node[src] in self.paused:

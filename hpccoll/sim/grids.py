@@ -78,26 +78,27 @@ def grid(wrap: bool):
     routing is the mesh's, and the other elements stay idle."""
     def build(spec: str, v: dict) -> Platform:
         dims, bw, lat = v["dims"], v["bw"], v["lat"]
-        zoneparse_dims = dims if wrap else tuple(2 * d for d in dims)
+        zone_dims = dims if wrap else tuple(2 * d for d in dims)
         ranks = math.prod(dims)
-        elements = tuple(_element(_coords(r, dims), zoneparse_dims) for r in range(ranks))
+        elements = tuple(_element(_coords(r, dims), zone_dims) for r in range(ranks))
         links = Links()
         for element in elements:
-            coords = _coords(element, zoneparse_dims)
+            coords = _coords(element, zone_dims)
             for dim, d in enumerate(dims):
                 if d > 1 and (wrap or coords[dim] + 1 < d):
                     for forward in (True, False):
-                        links.add(grid_link_name(element, dim, forward, zoneparse_dims), bw, lat)
+                        links.add(grid_link_name(element, dim, forward, zone_dims), bw, lat,
+                                  f"dim{dim}")
 
         def route(a: int, b: int) -> list[int]:
-            return [links.index[grid_link_name(e, dim, forward, zoneparse_dims)]
-                    for e, dim, forward in torus_hops(elements[a], elements[b], zoneparse_dims)]
+            return [links.index[grid_link_name(e, dim, forward, zone_dims)]
+                    for e, dim, forward in torus_hops(elements[a], elements[b], zone_dims)]
 
         hop = ModelLink(lat, bw, True)              # a neighbour over a link of its own
         diameter = sum(d // 2 if wrap else d - 1 for d in dims)
         return Platform(spec, links.links, route, Topology.from_levels(node=range(ranks)),
                         machine_of(spec, v, hop, hop), {"diameter": f"{diameter} hops"},
-                        Network("torus", (zoneparse_dims, bw, lat), elements))
+                        Network("torus", (zone_dims, bw, lat), elements))
     return build
 
 
@@ -115,19 +116,20 @@ def dragonfly(spec: str, v: dict) -> Platform:
                          f"({routers}): router j of each group holds the global link to group j")
     links, uid = Links(), 0
 
-    def pair(name: str, bw: float, lat: float) -> tuple[int, int]:
+    def pair(name: str, bw: float, lat: float, level: str) -> tuple[int, int]:
         nonlocal uid
-        made = (links.add(f"{name}_{uid}_UP", bw, lat), links.add(f"{name}_{uid}_DOWN", bw, lat))
+        made = (links.add(f"{name}_{uid}_UP", bw, lat, level),
+                links.add(f"{name}_{uid}_DOWN", bw, lat, level))
         uid += 1
         return made
 
-    host = [[pair(f"local_link_from_router_{r}_to_node_{h}", v["bw"], v["lat"])
-             for h in range(per_router)] for r in range(groups * routers)]
+    host = [[pair(f"local_link_from_router_{r}_to_node_{h}", v["bw"], v["lat"],
+                  "host") for h in range(per_router)] for r in range(groups * routers)]
     local = {(g, j, k): pair(f"green_link_in_chassis_0_between_routers_{j}_and_{k}",
-                             v["local"], v["lat"])
+                             v["local"], v["lat"], "local")
              for g in range(groups) for j in range(routers) for k in range(j + 1, routers)}
     wide = {(i, j): pair(f"blue_link_between_group_{i}_and_{j}_routers_{i * routers + j}_and_"
-                         f"{j * routers + i}", v["global"], v["global_lat"])
+                         f"{j * routers + i}", v["global"], v["global_lat"], "global")
             for i in range(groups) for j in range(i + 1, groups)}
 
     def hop(links_of: dict, low: int, high: int, key: tuple) -> int:

@@ -2,26 +2,66 @@
 
 ``routes``: a full zone with one host per rank and the platform's route of every ordered
 pair (any machine, but a table of p^2 routes).  ``nodes`` (cluster): a zone per node with its
-own routes under a star zone that joins the nodes' gateways.  ``torus`` and ``dragonfly``: SimGrid's own
-cluster zones, which compute a route when asked (built in a fraction of a second at
-thousands of ranks); the platform's links mirror theirs by name, so the links a platform
-retunes (slow ranks and links, a dragonfly's local and global speeds) are set on them after
-the zone is sealed.
+own routes under a star zone that joins the nodes' gateways.  ``planes`` (spine-leaf): one
+star zone of a host per rank and spine (:mod:`hpccoll.sim.trees`), a transfer sent between
+the hosts of the plane its pair's route takes.  ``torus``, ``dragonfly`` and ``fattree``:
+SimGrid's own cluster zones, which compute a route when asked (built in a fraction of a
+second at thousands of ranks); the platform's links mirror theirs by name, so the links a
+platform retunes (slow ranks and links, a dragonfly's local and global speeds) are set on
+them after the zone is sealed.
+
+:func:`build` gives each rank's host (where its computation runs) and ``ends(src, dst)``, the
+two hosts a transfer between two ranks runs between (None: the ranks' own hosts).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable, Optional
 
 from .grids import GRID_ZONE
 from .parts import Platform
+from .trees import FATTREE_ZONE
+
+Ends = Optional[Callable[[int, int], tuple]]
 
 
-def build(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
-    """The platform in ``simulation``'s engine; its hosts (``speed`` flops/s) in rank
-    order."""
-    return _BUILDERS[platform.network.zone](sg, simulation, platform, speed)
+def build(sg: Any, simulation: Any, platform: Platform, speed: float) -> tuple[list, Ends]:
+    """The platform in ``simulation``'s engine: its hosts (``speed`` flops/s) in rank order
+    and the ends of a transfer (see the module doc)."""
+    if platform.network.zone == "planes":
+        return _planes(sg, simulation, platform, speed)
+    return _BUILDERS[platform.network.zone](sg, simulation, platform, speed), None
+
+
+def _planes(sg: Any, simulation: Any, platform: Platform, speed: float) -> tuple[list, Ends]:
+    """A spine-leaf as one star zone (:mod:`hpccoll.sim.trees`): each rank's local host (up
+    and down its host link) and its host of each plane (up its host link and its leaf's
+    uplink to that spine, down from the spine and its host link)."""
+    per_leaf, pick, local, planes = platform.network.params
+    elements = platform.network.elements
+    zone = simulation.netzone_root.add_netzone_star("machine")
+    made = [zone.add_link(l.name, l.bandwidth).set_latency(l.latency).seal()
+            for l in platform.links]
+
+    def host(name: str, up: tuple, down: tuple) -> Any:
+        made_host = zone.add_host(name, speed).seal()
+        zone.add_route(made_host, None, [sg.LinkInRoute(made[i]) for i in up], False)
+        zone.add_route(None, made_host, [sg.LinkInRoute(made[i]) for i in down], False)
+        return made_host
+
+    own = [host(f"rank{r}", local[e][:1], local[e][1:]) for r, e in enumerate(elements)]
+    via = [[host(f"rank{r}.spine{s}", plane[e][:2], plane[e][2:])
+            for r, e in enumerate(elements)] for s, plane in enumerate(planes)]
+    zone.seal()
+    leaf = [e // per_leaf for e in elements]
+
+    def ends(src: int, dst: int) -> tuple:
+        if leaf[src] == leaf[dst]:
+            return own[src], own[dst]
+        hosts = via[pick(elements[src], elements[dst])]
+        return hosts[src], hosts[dst]
+    return own, ends
 
 
 def _routes(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
@@ -92,6 +132,9 @@ def _zone(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
     if network.zone == "torus":
         dims, bw, lat = network.params
         zone = root.add_netzone_torus(GRID_ZONE, list(dims), bw, lat, duplex)
+    elif network.zone == "fattree":
+        (levels, down, up, count), bw, lat = network.params
+        zone = root.add_netzone_fatTree(FATTREE_ZONE, levels, down, up, count, bw, lat, duplex)
     else:
         zone = root.add_netzone_dragonfly(GRID_ZONE, *network.params, duplex)
     ranks = {element: rank for rank, element in enumerate(network.elements)}
@@ -106,14 +149,15 @@ _COUNTER = re.compile(r"_(\d+)_(UP|DOWN)$")
 
 
 def _retune(simulation: Any, platform: Platform) -> None:
-    """Set the retuned links' bandwidth and latency.  A dragonfly's link names end in a
-    counter SimGrid keeps per process; the platform's count from 0, so they are shifted by
-    the smallest one this engine made."""
+    """Set the retuned links' bandwidth and latency.  A dragonfly's or a fat tree's link names
+    end in a counter SimGrid keeps per process; the platform's count from 0, so they are
+    shifted by the smallest one this engine made."""
     if not platform.retuned:
         return
     built = {link.name: link for link in simulation.all_links}
     counters = [int(m[1]) for m in map(_COUNTER.search, built) if m]
-    shift = min(counters) if platform.network.zone == "dragonfly" and counters else 0
+    shift = min(counters) if platform.network.zone in ("dragonfly", "fattree") and counters \
+        else 0
     for i in sorted(platform.retuned):
         wanted = platform.links[i]
         name = _COUNTER.sub(lambda m: f"_{int(m[1]) + shift}_{m[2]}", wanted.name) \
@@ -125,4 +169,5 @@ def _retune(simulation: Any, platform: Platform) -> None:
         link.set_latency(wanted.latency)
 
 
-_BUILDERS = {"routes": _routes, "nodes": _nodes, "torus": _zone, "dragonfly": _zone}
+_BUILDERS = {"routes": _routes, "nodes": _nodes, "torus": _zone, "dragonfly": _zone,
+             "fattree": _zone}

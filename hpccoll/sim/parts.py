@@ -61,8 +61,8 @@ def parse_dims(text: str) -> tuple[int, ...]:
 
 
 def parse_ecmp(text: str) -> str:
-    if text not in ("hash", "sum"):
-        raise ValueError(f"bad ecmp {text!r}: hash or sum")
+    if text not in ("hash", "sum", "dmodk"):
+        raise ValueError(f"bad ecmp {text!r}: hash, sum or dmodk")
     return text
 
 
@@ -84,15 +84,17 @@ class NetLink:
     name: str
     bandwidth: float        # bytes/s
     latency: float          # s
+    level: str = "link"     # the level of the machine it belongs to (traffic by level)
 
 
 @dataclass(frozen=True)
 class Network:
     """What SimGrid builds (:mod:`hpccoll.sim.network`): ``zone`` "routes" (a host per rank
-    and the route of every ordered pair, from :attr:`Platform.route`) or one of SimGrid's own
-    cluster zones, "torus" or "dragonfly", made from ``params`` with rank r on the zone's
-    element ``elements[r]``.  A zone's links carry the names :attr:`Platform.links` gives
-    them."""
+    and the route of every ordered pair, from :attr:`Platform.route`), "nodes" (a zone per
+    node), "planes" (a spine-leaf's star of a host per rank and spine:
+    :mod:`hpccoll.sim.trees`) or one of SimGrid's own cluster zones, "torus", "dragonfly" or
+    "fattree", made from ``params`` with rank r on the zone's element ``elements[r]``.  A
+    zone's links carry the names :attr:`Platform.links` gives them."""
 
     zone: str = "routes"
     params: tuple = ()
@@ -150,7 +152,7 @@ class Platform:
                        notes={**self.notes, "placement": "permuted"})
 
     def _slower(self, indices: set[int], factor: float, what: str, note: str) -> "Platform":
-        links = [NetLink(l.name, l.bandwidth / factor, l.latency) if i in indices else l
+        links = [replace(l, bandwidth=l.bandwidth / factor) if i in indices else l
                  for i, l in enumerate(self.links)]
         return replace(self, links=links, notes={**self.notes, what: note},
                        retuned=self.retuned | indices)
@@ -163,10 +165,10 @@ class Links:
         self.links: list[NetLink] = []
         self.index: dict[str, int] = {}
 
-    def add(self, name: str, bw: float, lat: float) -> int:
+    def add(self, name: str, bw: float, lat: float, level: str = "link") -> int:
         if name not in self.index:
             self.index[name] = len(self.links)
-            self.links.append(NetLink(name, bw, lat))
+            self.links.append(NetLink(name, bw, lat, level))
         return self.index[name]
 
 

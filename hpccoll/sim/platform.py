@@ -5,8 +5,10 @@ every ordered pair of ranks, the links a message crosses; the :class:`~hpccoll.t
 Topology` its ranks form (so planners see the machine they run on), the cost model's
 :class:`~hpccoll.costmodel.Machine` of the same links (so model and simulator speak of one
 machine) and the :class:`Network` SimGrid builds it as (:mod:`hpccoll.sim.network`: one
-explicit route per ordered rank pair, or SimGrid's own torus and dragonfly zones, which
-route themselves).
+explicit route per ordered rank pair, a zone per node, a spine-leaf's star of a host per rank
+and spine, or SimGrid's own torus, dragonfly and fat-tree zones, which route themselves).
+Every link names its level (node, nic, host, spine, pod, core, dimN, local, global): the
+replay's traffic is summed by level.
 
 The kinds are declared once, in :data:`KINDS` (what each is, its keys with their defaults, its
 builder); ``hpccoll simulate --platforms`` lists them.  Every key has a default, so
@@ -27,6 +29,7 @@ from typing import Callable
 from ..costmodel import Link as ModelLink
 from ..topology import Topology
 from .grids import GRID_ZONE, dragonfly, grid, grid_keys, grid_link_name, torus_hops
+from .trees import ecmp_hash, fattree, spineleaf
 from .parts import (Key, Links, NetLink, Network, Platform, bandwidth, latency, machine_of,
                     parse_count, parse_ecmp, parse_fabric, parse_seed)
 
@@ -35,15 +38,15 @@ __all__ = ["GRID_ZONE", "KINDS", "Kind", "NetLink", "Network", "Platform", "band
            "torus_hops"]
 
 
-def _nodeparse_fabric(links: Links, fabric: str, prefix: str, ranks: list[int], bw: float,
+def _node_fabric(links: Links, fabric: str, prefix: str, ranks: list[int], bw: float,
                  lat: float) -> Callable[[int, int], list[int]]:
     """Links of one node's fabric among ``ranks``; returns its route function."""
     if fabric == "fullmesh":
-        pair = {(a, b): links.add(f"{prefix}g{a}-g{b}", bw, lat)
+        pair = {(a, b): links.add(f"{prefix}g{a}-g{b}", bw, lat, "node")
                 for a in ranks for b in ranks if a != b}
         return lambda a, b: [pair[a, b]]
-    up = {r: links.add(f"{prefix}g{r}.up", bw, lat) for r in ranks}
-    down = {r: links.add(f"{prefix}g{r}.down", bw, 0.0) for r in ranks}
+    up = {r: links.add(f"{prefix}g{r}.up", bw, lat, "node") for r in ranks}
+    down = {r: links.add(f"{prefix}g{r}.down", bw, 0.0, "node") for r in ranks}
     return lambda a, b: [up[a], down[b]]
 
 
@@ -51,7 +54,7 @@ def _one_node(kind: str):
     """The builder of a one-node kind (fullmesh or switch: the node's fabric)."""
     def build(spec: str, v: dict) -> Platform:
         links, n = Links(), v["n"]
-        route = _nodeparse_fabric(links, kind, "", list(range(n)), v["bw"], v["lat"])
+        route = _node_fabric(links, kind, "", list(range(n)), v["bw"], v["lat"])
         link = ModelLink(v["lat"], v["bw"], kind == "fullmesh")
         return Platform(spec, links.links, route, Topology.from_levels(node=[0] * n),
                         machine_of(spec, v, link, link))
@@ -62,11 +65,11 @@ def _cluster(spec: str, v: dict) -> Platform:
     links = Links()
     nodes, ppn, nics = v["nodes"], v["ppn"], v["nics"]
     members = [list(range(node * ppn, (node + 1) * ppn)) for node in range(nodes)]
-    local = [_nodeparse_fabric(links, v["fabric"], f"n{node}.", ranks, v["bw"], v["lat"])
+    local = [_node_fabric(links, v["fabric"], f"n{node}.", ranks, v["bw"], v["lat"])
              for node, ranks in enumerate(members)]
-    up = [links.add(f"n{r // ppn}.nic{r % ppn % nics}.up", v["nic"], v["nic_lat"])
+    up = [links.add(f"n{r // ppn}.nic{r % ppn % nics}.up", v["nic"], v["nic_lat"], "nic")
           for r in range(nodes * ppn)]
-    down = [links.add(f"n{r // ppn}.nic{r % ppn % nics}.down", v["nic"], 0.0)
+    down = [links.add(f"n{r // ppn}.nic{r % ppn % nics}.down", v["nic"], 0.0, "nic")
             for r in range(nodes * ppn)]
 
     def route(a: int, b: int) -> list[int]:
@@ -77,91 +80,6 @@ def _cluster(spec: str, v: dict) -> Platform:
                     Topology.from_levels(node=[r // ppn for r in range(nodes * ppn)]),
                     machine_of(spec, v, intra, ModelLink(v["nic_lat"], v["nic"], False)),
                     {"GPUs per NIC": f"{ppn / min(nics, ppn):g}"}, Network("nodes"))
-
-
-def _host_links(links: Links, hosts: int, bw: float, lat: float
-                ) -> tuple[list[int], list[int]]:
-    return ([links.add(f"h{h}.up", bw, lat) for h in range(hosts)],
-            [links.add(f"h{h}.down", bw, lat) for h in range(hosts)])
-
-
-def ecmp_hash(src: int, dst: int, seed: int, choices: int) -> int:
-    """One of ``choices`` paths for the flow src -> dst: a SplitMix64 finaliser of (seed, src,
-    dst), so the flows of one round (all pairs at one XOR or shift distance) spread over the
-    paths as a switch's ECMP hash of the flow's addresses does."""
-    x = (seed * 0x9E3779B97F4A7C15 + src * 0xBF58476D1CE4E5B9 + dst * 0x94D049BB133111EB
-         + 1) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) % choices
-
-
-def _spineleaf(spec: str, v: dict) -> Platform:
-    links = Links()
-    spines, leaves, per_leaf = v["spines"], v["leaves"], v["hosts"]
-    hosts = leaves * per_leaf
-    up, down = _host_links(links, hosts, v["bw"], v["lat"])
-    to_spine = [[links.add(f"leaf{l}-spine{s}", v["uplink"], v["lat"]) for s in range(spines)]
-                for l in range(leaves)]
-    from_spine = [[links.add(f"spine{s}-leaf{l}", v["uplink"], v["lat"])
-                   for s in range(spines)] for l in range(leaves)]
-    seed = v["seed"]
-    pick = (lambda a, b: ecmp_hash(a, b, seed, spines)) if v["ecmp"] == "hash" else \
-        (lambda a, b: (a + b) % spines)
-
-    def route(a: int, b: int) -> list[int]:
-        la, lb = a // per_leaf, b // per_leaf
-        if la == lb:
-            return [up[a], down[b]]
-        spine = pick(a, b)
-        return [up[a], to_spine[la][spine], from_spine[lb][spine], down[b]]
-
-    ratio = per_leaf * v["bw"] / (spines * v["uplink"])
-    rack = ModelLink(2 * v["lat"], v["bw"], False)
-    return Platform(spec, links.links, route,
-                    Topology.from_levels(node=list(range(hosts)),
-                                         rack=[h // per_leaf for h in range(hosts)]),
-                    machine_of(spec, v, rack, ModelLink(4 * v["lat"], v["bw"], False)),
-                    {"oversubscription": f"{ratio:g}:1"})
-
-
-def _fattree(spec: str, v: dict) -> Platform:
-    k = v["k"]
-    if k % 2:
-        raise ValueError(f"platform fattree: k must be even, got {k}")
-    links, half = Links(), k // 2
-    hosts = k * half * half                         # k pods x k/2 edges x k/2 hosts
-    bw, lat = v["bw"], v["lat"]
-    up, down = _host_links(links, hosts, bw, lat)
-
-    def edge_of(h: int) -> int:                     # global edge switch index
-        return h // half
-
-    def link(name: str) -> int:
-        return links.add(name, bw, lat)
-
-    def route(a: int, b: int) -> list[int]:
-        ea, eb = edge_of(a), edge_of(b)
-        if ea == eb:
-            return [up[a], down[b]]
-        pa, pb = ea // half, eb // half
-        agg = b % half                              # the aggregation switch, by destination
-        if pa == pb:
-            return [up[a], link(f"e{ea}-a{pa}.{agg}"), link(f"a{pa}.{agg}-e{eb}"), down[b]]
-        core = (b // half) % half                   # the core above that aggregation switch
-        return [up[a], link(f"e{ea}-a{pa}.{agg}"), link(f"a{pa}.{agg}-c{agg}.{core}"),
-                link(f"c{agg}.{core}-a{pb}.{agg}"), link(f"a{pb}.{agg}-e{eb}"), down[b]]
-
-    for a in range(hosts):                          # every link exists before the build
-        for b in range(hosts):
-            if a != b:
-                route(a, b)
-    edge = ModelLink(2 * lat, bw, False)
-    return Platform(spec, links.links, route,
-                    Topology.from_levels(node=list(range(hosts)),
-                                         rack=[edge_of(h) for h in range(hosts)],
-                                         pod=[edge_of(h) // half for h in range(hosts)]),
-                    machine_of(spec, v, edge, ModelLink(6 * lat, bw, False)), {"hosts": hosts})
 
 
 # ---------------------------------------------------------------------- the kinds
@@ -219,16 +137,18 @@ KINDS: dict[str, Kind] = {
          "uplink": Key(bandwidth, "40Gb/s", "leaf-to-spine link, each way"),
          "lat": Key(latency, "1us", "latency of each link"),
          "ecmp": Key(parse_ecmp, "hash", "spine of a flow: hash (a seeded hash of source and "
-                                    "destination) or sum ((source + destination) mod spines)"),
+                                    "destination), sum ((source + destination) mod spines) or "
+                                    "dmodk (destination mod spines)"),
          "seed": Key(parse_seed, "0", "seed of the ecmp hash")},
-        _spineleaf),
+        spineleaf),
     "fattree": Kind(
         "a k-ary three-level fat tree (k pods of k/2 edge and k/2 aggregation switches, "
-        "(k/2)^2 cores, k^3/4 hosts), routed up by destination (two-level routing)",
+        "(k/2)^2 cores, k^3/4 hosts), routed up by destination (d-mod-k; SimGrid's fat-tree "
+        "zone)",
         {"k": Key(parse_count, "4", "switch ports (even): k^3/4 hosts"),
          "bw": Key(bandwidth, "40Gb/s", "every link, each way"),
          "lat": Key(latency, "1us", "latency of each link")},
-        _fattree),
+        fattree),
     "torus": Kind(
         "a torus of dims (wrap-around links), one rank per node, dimension-order routing the "
         "shorter way round (SimGrid's torus zone)",

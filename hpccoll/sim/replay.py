@@ -301,9 +301,9 @@ def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[in
     began = time.perf_counter()
     sg = engine.load()
     simulation = engine.engine()
-    hosts = network.build(sg, simulation, platform, SPEED)
-    driver = drive.Actor(sg, simulation, hosts, pause) if pause is not None else \
-        drive.Tasks(sg, simulation, hosts)
+    hosts, ends = network.build(sg, simulation, platform, SPEED)
+    driver = drive.Actor(sg, simulation, hosts, pause, ends) if pause is not None else \
+        drive.Tasks(sg, simulation, hosts, ends)
     times: list[float] = []
     transfers = 0
     for progs, itemsize in zip(plans, itemsizes):

@@ -83,6 +83,54 @@ def test_dragonfly_needs_a_router_per_group():
         build("dragonfly:groups=5,routers=4")
 
 
+@pytest.mark.parametrize("k", [4, 6, 8])
+def test_fattree_routes_climb_by_destination(k):
+    """A k-ary fat tree: 2 links within an edge switch, 4 within a pod, 6 between pods, each
+    at its level; the aggregation switch is the destination's mod k/2 (d-mod-k), the core
+    (destination div k/2) mod k/2, so the flows into one host all come down one path."""
+    p = build(f"fattree:k={k},bw=10GB/s,lat=2us")
+    half = k // 2
+    n = k * half * half
+    assert p.ranks == n == p.notes["hosts"] and p.topology.levels == ("node", "rack", "pod")
+    assert len(p.links) == 2 * (n + 2 * k * half * half)        # host, edge-agg, agg-core
+    levels = {"host": 0, "pod": 0, "core": 0}
+    for a in range(n):
+        for b in range(n):
+            if a == b:
+                continue
+            route = p.route(a, b)
+            hops = 2 if a // half == b // half else 4 if a // (half * half) == b // (
+                half * half) else 6
+            names = [p.links[i].level for i in route]
+            assert len(set(route)) == len(route) == hops, (a, b)
+            assert names == ["host", "pod", "core", "core", "pod", "host"][:hops // 2] + \
+                ["host", "pod", "core", "core", "pod", "host"][6 - hops // 2:], (a, b)
+            for level in names:
+                levels[level] += 1
+    assert levels["host"] == 2 * n * (n - 1)
+    into = {tuple(p.route(a, n - 1)[-3:]) for a in range(n - half * half)}  # other pods
+    assert len(into) == 1
+    assert p.machine.intra.alpha == 4e-6 and p.machine.inter.alpha == 12e-6
+    with pytest.raises(ValueError, match="k must be even"):
+        build("fattree:k=5")
+
+
+def test_spineleaf_routes_have_two_or_four_links_and_dmodk_spreads_by_destination():
+    p = build("spineleaf:spines=4,leaves=3,hosts=4,ecmp=dmodk,uplink=10GB/s")
+    for a in range(12):
+        for b in range(12):
+            if a != b:
+                route = p.route(a, b)
+                assert [p.links[i].level for i in route] == (
+                    ["host", "host"] if a // 4 == b // 4 else ["host", "spine", "spine", "host"])
+                if a // 4 != b // 4:
+                    assert p.links[route[1]].name == f"leaf{a // 4}-spine{b % 4}"
+                    assert p.links[route[1]].bandwidth == 10e9
+    assert p.network.zone == "planes" and len(p.network.params[3]) == 4     # a plane a spine
+    with pytest.raises(ValueError, match="bad ecmp 'random': hash, sum or dmodk"):
+        build("spineleaf:ecmp=random")
+
+
 def test_spineleaf_ecmp_hash_spreads_a_rounds_flows_and_sum_is_the_old_rule():
     """In an XOR round every cross-leaf pair's source + destination has one parity: the old
     rule puts the whole round on one spine, the hash on both about evenly."""
@@ -164,20 +212,29 @@ def _routes_in_simgrid(platform):
     from hpccoll.sim import network
     sg = engine.load()
     simulation = engine.engine()
-    hosts = network.build(sg, simulation, platform, 1e12)
-    return {(a, b): [l.name for l in hosts[a].route_to(hosts[b])[0]]
-            for a in range(platform.ranks) for b in range(platform.ranks) if a != b}
+    hosts, ends = network.build(sg, simulation, platform, 1e12)
+    ends = ends or (lambda a, b: (hosts[a], hosts[b]))
+    routes = {}
+    for a in range(platform.ranks):
+        for b in range(platform.ranks):
+            if a != b:
+                source, destination = ends(a, b)
+                routes[a, b] = [l.name for l in source.route_to(destination)[0]]
+    return routes
 
 
 @pytest.mark.parametrize("spec", ["torus:dims=4x3", "torus:dims=5x2x2", "mesh:dims=4x3",
                                   "dragonfly:groups=3,routers=3,hosts=2",
                                   "cluster:nodes=3,ppn=4,nics=2",
-                                  "cluster:nodes=2,ppn=3,fabric=switch,nics=1"])
+                                  "cluster:nodes=2,ppn=3,fabric=switch,nics=1",
+                                  "fattree:k=4", "fattree:k=6",
+                                  "spineleaf:spines=3,leaves=3,hosts=4",
+                                  "spineleaf:spines=2,leaves=3,hosts=2,ecmp=dmodk"])
 def test_simgrid_routes_are_the_platforms(simgrid, spec):
     p = build(spec)
     routes = engine.in_child(_routes_in_simgrid, p)
     shift = 0
-    if p.network.zone == "dragonfly":      # SimGrid's link counter runs on in a process
+    if p.network.zone in ("dragonfly", "fattree"):   # SimGrid's counter runs on in a process
         first = routes[0, 1][0]
         shift = int(first.rsplit("_", 2)[1])
     for (a, b), names in routes.items():
@@ -229,6 +286,36 @@ def test_segmented_blocks_on_a_full_mesh_equal_the_cost_model(simgrid):
     for r in (big, small):
         assert r.time_us == pytest.approx(r.model_us, rel=1e-4), (r.time_us, r.model_us)
     assert big.time_us > 7 * (8 << 20) / 64e9 * 1e6          # 7 steps of 8 MiB per link
+
+
+def test_xor_alltoall_on_a_spine_leaf_by_hand(simgrid):
+    """4 ranks on 2 leaves of 2 hosts, one spine, uplinks 4x slower than host links.  XOR
+    round 1 pairs ranks within a leaf (2 links: 2 lat + b / bw); rounds 2 and 3 pair every
+    rank with one on the other leaf, and the two flows leaving a leaf share its uplink (4 lat
+    + 2 b / uplink).  Each round also pays the 5 us step overhead."""
+    p = build("spineleaf:spines=1,leaves=2,hosts=2,bw=40GB/s,uplink=10GB/s,lat=1us,"
+              "copy=1000TB/s,overhead=5us")
+    block = 1 << 20                                      # bytes to each peer
+    (r,) = simulated("alltoall", ["xor"], p, block)
+    by_hand = 3 * 5e-6 + (2e-6 + block / 40e9) + 2 * (4e-6 + 2 * block / 10e9)
+    assert r.time_us == pytest.approx(by_hand * 1e6, rel=1e-3)
+
+
+def test_planes_and_fat_tree_zone_give_the_times_of_explicit_routes(simgrid):
+    """The spine-leaf's star of planes and SimGrid's fat-tree zone against a full table of
+    the same routes: equal times where flows share links (alltoall, allreduce)."""
+    from dataclasses import replace
+
+    from hpccoll.sim.platform import Network
+    for spec, collective, names in (
+            ("spineleaf:spines=2,leaves=4,hosts=4,uplink=20Gb/s", "alltoall",
+             ["pairwise", "xor"]),
+            ("fattree:k=4", "allreduce", ["ring", "rat"])):
+        zoned = build(spec)
+        explicit = replace(zoned, network=Network())
+        for a, b in zip(simulated(collective, names, zoned, 1 << 20),
+                        simulated(collective, names, explicit, 1 << 20)):
+            assert a.time_us == pytest.approx(b.time_us, rel=1e-12), (spec, a.algorithm)
 
 
 def test_dragonfly_global_links_run_at_their_own_speed(simgrid):
