@@ -137,13 +137,15 @@ def simulate(collective: str, names: list[str], target: Any, sizes: list[int], d
 
 def measured(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
              pause: Any = None, flat: bool = False, options: tuple = ()
-             ) -> tuple[list[Any], dict[str, float]]:
-    """:func:`simulate`'s results and the simulator's speed: planning seconds, simulation
-    seconds (building the platform and running every job), transfers simulated and their
-    rate per second of simulation."""
+             ) -> tuple[list[Any], dict[str, float], list[Any]]:
+    """:func:`simulate`'s results, the simulator's speed (planning seconds, simulation
+    seconds: building the platform and running every job, transfers simulated and their
+    rate per second of simulation) and each result's traffic by level
+    (:func:`hpccoll.sim.traffic.traffic`)."""
     import numpy as np
 
     from ..sim.replay import plan, replay
+    from ..sim.traffic import traffic
     from .results import Result
     itemsize = np.dtype(dtype).itemsize
     sizes = [s for s in sizes if s // itemsize > 0]
@@ -153,6 +155,7 @@ def measured(collective: str, names: list[str], target: Any, sizes: list[int], d
                  options)
     planning = time.perf_counter() - began
     predicted = [model(target, planned, itemsize) for planned in plans]
+    loads = [traffic(target, planned, itemsize) for planned in plans]
     replayed = replay(target, plans, [itemsize] * len(plans), pause)
     c, p, results = spec(collective), target.ranks, []
     firsts: dict[int, float] = {}
@@ -166,7 +169,26 @@ def measured(collective: str, names: list[str], target: Any, sizes: list[int], d
                               algbw * c.busbw_factor(p), first / us, 0, model_us=m * 1e6))
     speed = {"planning_s": round(planning, 6), "simulation_s": round(replayed.wall, 6),
              "transfers": replayed.transfers, "transfers_per_s": round(replayed.rate)}
-    return results, speed
+    return results, speed, loads
+
+
+def print_traffic(results: list[Any], loads: list[Any]) -> None:
+    """The traffic table, as comment lines after the times (whose rows stay the only others):
+    per result, the bytes that stayed below each level (reach) and the bytes on its links
+    (bytes x links crossed), the busiest link's bytes."""
+    if not loads:
+        return
+    names = list(loads[0].reach)
+    print(f"# traffic by level (MB): reach = bytes of messages whose route climbs no higher "
+          f"(adds up to sent); links = bytes x links crossed at that level; levels low to high")
+    print(f"# {'size(B)':>10} {'algorithm':>20} {'sent':>10} "
+          + " ".join(f"{'reach ' + n:>12} {'links ' + n:>12}" for n in names)
+          + f" {'busiest link':>12}")
+    for r, load in zip(results, loads):
+        print(f"# {r.bytes:>10} {r.algorithm:>20} {load.total / 1e6:>10.3f} "
+              + " ".join(f"{load.reach[n] / 1e6:>12.3f} {load.link_bytes[n] / 1e6:>12.3f}"
+                         for n in names)
+              + f" {load.busiest / 1e6:>12.3f}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,8 +211,8 @@ def run(args: argparse.Namespace) -> int:
         target = target.with_slow_links(*args.slow_links)
     names = algorithms_for(args.collective, args.algorithms, target)
     sizes = [args.bytes] if args.bytes is not None else size_range(args.sizes)
-    results, speed = measured(args.collective, names, target, sizes, args.dtype, args.pause,
-                              args.flat, tuple(args.options))
+    results, speed, loads = measured(args.collective, names, target, sizes, args.dtype,
+                                     args.pause, args.flat, tuple(args.options))
     c = spec(args.collective)
     notes = "".join(f", {k} {v}" for k, v in target.notes.items())
     print(f"# hpccoll simulate {args.collective}: {target.ranks} ranks on {args.platform}"
@@ -209,12 +231,15 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"  {r.bytes:>10} {r.algorithm:>20} {r.time_us:>12.2f} {r.model_us:>12.2f} "
               f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} {r.vs_native:>15.2f}x")
+    print_traffic(results, loads)
     if args.json:
         meta = {"command": " ".join(args.command_line), "ranks": target.ranks,
                 "mpi": f"SimGrid {engine.version()} on {args.platform}",
                 "baseline": names[0], "platform": args.platform,
                 "pause": None if args.pause is None else vars(args.pause),
                 "options": dict(args.options), "simulator": speed,
+                "traffic": [{"bytes_per_rank": r.bytes, "algorithm": r.algorithm,
+                             **load.as_dict()} for r, load in zip(results, loads)],
                 "host": host_platform.node(), "python": host_platform.python_version(),
                 "date": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_json(args.json, meta, results)

@@ -173,6 +173,41 @@ def test_pausing_every_node_is_refused(spec, k, nodes):
         Pause(nodes - 1, 1e-3).check(build(spec))
 
 
+# ------------------------------------------------------------------------------ traffic
+
+def test_traffic_by_level_of_an_alltoall_on_a_fat_tree_by_hand():
+    """16 hosts of fattree:k=4, b bytes to each peer: a rank has 1 peer on its edge switch,
+    2 more in its pod, 12 in other pods; a message crosses 2 host links, 2 pod links if it
+    leaves its edge, 2 core links if it leaves its pod; the busiest link is a host link
+    carrying its rank's 15 blocks."""
+    from hpccoll.sim.replay import programs
+    from hpccoll.sim.traffic import levels, traffic
+    p, b = build("fattree:k=4"), 1 << 16
+    load = traffic(p, programs("alltoall", "pairwise", p, b, 4), 4)
+    assert levels(p) == ["host", "pod", "core"]
+    assert load.total == 16 * 15 * b
+    assert load.reach == {"host": 16 * b, "pod": 16 * 2 * b, "core": 16 * 12 * b}
+    assert load.link_bytes == {"host": 2 * load.total, "pod": 2 * 16 * 14 * b,
+                               "core": 2 * 16 * 12 * b}
+    assert load.busiest == 15 * b and load.busiest_link.endswith(("_UP", "_DOWN"))
+
+
+@pytest.mark.parametrize("spec, collective, algorithm", [
+    ("torus:dims=4x4", "allreduce", "ring"), ("dragonfly:groups=2,routers=2,hosts=2",
+                                              "alltoall", "bruck"),
+    ("cluster:nodes=2,ppn=4", "allgather", "recursive_doubling"),
+    ("spineleaf:leaves=2,hosts=4", "alltoall", "xor")])
+def test_traffic_reach_adds_up_to_the_bytes_sent(spec, collective, algorithm):
+    from hpccoll.sim.replay import programs
+    from hpccoll.sim.traffic import pair_bytes, traffic
+    p = build(spec)
+    progs = programs(collective, algorithm, p, 1 << 12, 4)
+    load = traffic(p, progs, 4)
+    assert sum(load.reach.values()) == load.total == sum(pair_bytes(progs, 4).values()) > 0
+    hops = sum(n * len(p.route(a, b)) for (a, b), n in pair_bytes(progs, 4).items())
+    assert sum(load.link_bytes.values()) == hops
+
+
 # ------------------------------------------------------------------------------ cost model
 
 def test_full_mesh_step_streams_a_peers_segments_one_after_the_other():
@@ -375,6 +410,10 @@ def test_simulate_command_on_the_new_fabrics(simgrid):
     rows = [l.split() for l in done.stdout.splitlines() if l and not l.startswith("#")]
     assert [r[1] for r in rows] == ["ring", "recursive_doubling"] * 3
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+    traffic = [l.split() for l in done.stdout.splitlines() if l.startswith("#    1048576 ")]
+    assert [t[2] for t in traffic] == ["ring", "recursive_doubling"] * 3
+    # a 1 MiB ring allreduce sends 2 (p - 1) / p of the buffer per rank: 16 x 1.966 MB
+    assert float(traffic[0][3]) == pytest.approx(16 * 2 * 15 / 16 * (1 << 20) / 1e6, rel=1e-3)
 
 
 @pytest.mark.parametrize("platform", ["fullmesh", "switch:n=4", "torus:dims=2x2"])
