@@ -16,17 +16,13 @@ from . import topology as _topology_module  # noqa: F401  (loaded now: see _EXPO
 
 __version__ = "0.1.0"
 
-_COLLECTIVES = ("allgather", "allgather_stream", "alltoall", "alltoallv", "reduce_scatter",
-                "allreduce", "bcast", "reduce")
-_NONBLOCKING = ("iallgather", "ialltoall", "ialltoallv", "ireduce_scatter", "iallreduce",
-                "ibcast", "ireduce")
-_PERSISTENT = ("allgather_init", "alltoall_init", "alltoallv_init", "reduce_scatter_init",
-               "allreduce_init", "bcast_init", "reduce_init")
+from .collectives import on_add as _on_add
 
-# public name -> the module defining it.  The submodule ``hpccoll.topology`` is imported above
-# so that importing it later cannot rebind ``hpccoll.topology``, which is the function.
+# public name -> the module defining it (the collectives' functions, made from their specs in
+# hpccoll.api, are added below).  The submodule ``hpccoll.topology`` is imported above so
+# that importing it later cannot rebind ``hpccoll.topology``, which is the function.
 _EXPORTS = {
-    **{name: "api" for name in _COLLECTIVES + _NONBLOCKING + _PERSISTENT},
+    "allgather_stream": "streaming",
     "Request": "requests", "PersistentRequest": "requests",
     "CollectiveError": "runtime.progress", "CollectiveTimeout": "runtime.progress",
     "CommunicatorRevoked": "runtime.progress", "VerificationError": "verify",
@@ -40,6 +36,16 @@ del globals()["topology"]
 _SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on the collectives
 
 __all__ = list(_EXPORTS) + list(_SUBPACKAGES)
+
+
+def _export(spec: object) -> None:
+    """A collective's blocking, non-blocking and persistent functions as public names."""
+    for name in spec.functions:                 # type: ignore[attr-defined]
+        _EXPORTS[name] = "api"
+        __all__.append(name)
+
+
+_on_add(_export)
 
 
 def __getattr__(name: str) -> object:

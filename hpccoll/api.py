@@ -1,7 +1,8 @@
 """The public collectives: validate -> choose the algorithm -> cached plan -> execute.
 
-Each collective exists in three forms, like MPI's: blocking (``allgather``), non-blocking
-(``iallgather`` returns a :class:`Request`) and persistent (``allgather_init`` returns a
+Each collective of :data:`hpccoll.collectives.SPECS` exists in three forms, like MPI's,
+made from its spec at import (:func:`_define`): blocking (``NAME``), non-blocking (``iNAME``
+returns a :class:`Request`) and persistent (``NAME_init`` returns a
 :class:`PersistentRequest` to ``start``/``wait`` many times).  Arguments are checked on every
 rank before the first message (:mod:`hpccoll.arguments`), so bad input given alike on all
 ranks raises the same error everywhere; a validated blocking call that repeats runs again at
@@ -10,21 +11,20 @@ once (:class:`LastCall`).
 
 from __future__ import annotations
 
-import bisect
 import weakref
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from mpi4py import MPI
 
 from . import settings
+from .collectives import Collective, on_add
 from .prepared import Prepared, nothing, prepare
 from .requests import NativeStarted, PersistentRequest, Request, Started
-from .runtime import device, native, scheduled
+from .runtime import native, scheduled
 from .runtime.executor import Operation
 from .runtime.native import NativeCall
 from .runtime.scheduled import Runner
-from .schedule import RECV, offsets
 
 
 class LastCall:
@@ -54,13 +54,13 @@ class LastCall:
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any):
         self.comm, self.op, self.root = comm, op, root
-        self.no_send = sendbuf if send is None else nothing    # IN_PLACE, or None (bcast)
+        self.no_send = sendbuf if send is None else nothing    # IN_PLACE, or None (one buffer)
         self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
         self.runner: Runner | None = None   # the last run's binding on the compiled executor
         self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
         self.send_n = None if send is None else send.size
         self.recv_n, self.dtype = recv.size, recv.dtype
-        self.ignores_recv = prepared.ignores_recv       # a reduce's other ranks: send[:0]
+        self.ignores_recv = prepared.ignores_recv       # recv at root only, elsewhere: send[:0]
         self.moves_nothing = prepared.moves_nothing
         self.tag = prepared.tag()
         self.twin: NativeCall | None = None     # the compiled native call's, for starts
@@ -272,177 +272,54 @@ def init_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw
 
 
 # ------------------------------------------------------------------------- the collectives
+# Each collective's three public functions are made from its spec (hpccoll.collectives) as
+# plain functions whose body is the one call they make, as if written out here: Python binds
+# their arguments (keyword-only ones, defaults), and help() and inspect show their
+# signatures, type hints and docstrings.
 
-def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: Any = None,
-              algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
-    """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
-    (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
-    own block from its place in ``recvbuf``)."""
-    run_collective("allgather", comm, sendbuf, recvbuf, recvcounts, None, 0, algorithm, options)
-
-
-def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
-                     recvcounts: Any = None, algorithm: str = "ring",
-                     options: Mapping[str, Any] | None = None
-                     ) -> Iterator[list[tuple[int, slice]]]:
-    """:func:`allgather` as an iterator for overlapping computation with communication: it
-    yields ``[(source rank, slice of recvbuf), ...]`` for the data in place so far, while the
-    transfers that follow are in flight: first the own block (before any transfer completes),
-    then after each step what that step delivered.  ``ring`` yields one block per step,
-    ``multiring`` one chunk per cycle.  Device arrays staged through host memory get each
-    delivered region copied to the device before it is yielded."""
-    prepared, send, recv = prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
-                                   algorithm=algorithm, options=options)
-    if prepared.plan is None:
-        raise NotImplementedError("allgather_stream needs a scheduled algorithm, not native")
-    operation = prepared.start(send, recv)
-    counts = prepared.args.call.counts
-    starts = offsets(counts)
-    for regions in operation.stream():
-        if prepared.staged:     # the operation runs on a pinned host copy of recv
-            landed = operation.binding.views[RECV]
-            for offset, count in regions:
-                device.to_device(landed[offset:offset + count], recv[offset:offset + count])
-        pieces = []
-        for offset, count in regions:      # cut at block boundaries: one source per piece
-            stop = offset + count
-            source = bisect.bisect_right(starts, offset) - 1
-            while offset < stop:
-                end = min(stop, starts[source] + counts[source])
-                if end > offset:
-                    pieces.append((source, slice(offset, end)))
-                offset, source = max(offset, end), source + 1
-        yield pieces
+_OP_DEFAULT = MPI.SUM                       # the reductions' default op
+_FORMS = (      # (function name, the call its body makes, return type, docstring)
+    ("{name}", "run_collective", "None", "{doc}"),
+    ("i{name}", "return start_collective", "Request", "Non-blocking :func:`{name}`."),
+    ("{name}_init", "return init_collective", "PersistentRequest",
+     "Persistent :func:`{name}`: plan once, ``start()``/``wait()`` many times."),
+)
 
 
-def alltoall(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
-             options: Mapping[str, Any] | None = None) -> None:
-    """Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."""
-    run_collective("alltoall", comm, sendbuf, recvbuf, None, None, 0, algorithm, options)
+def _parameters(spec: Collective) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The parameters of ``spec``'s functions: the positional ones (the communicator, the
+    buffers) and the keyword-only ones as (name, default's source, type hint)."""
+    positional = ["comm", *(["buf"] if spec.one_buffer else ["sendbuf", "recvbuf"])]
+    keywords = [(spec.counts_keyword, "None", "Any")] if spec.counts_keyword else []
+    if spec.reduces:
+        keywords.append(("op", "_OP_DEFAULT", "Any"))
+    if spec.rooted:
+        keywords.append(("root", "0", "int"))
+    keywords += [("algorithm", "'auto'", "str"), ("options", "None", "Mapping[str, Any] | None")]
+    return positional, keywords
 
 
-def alltoallv(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, algorithm: str = "auto",
-              options: Mapping[str, Any] | None = None) -> None:
-    """All-to-all with per-peer counts: ``sendbuf = [array, sendcounts(, sdispls)]``,
-    ``recvbuf = [array, recvcounts(, rdispls)]`` in elements (or mpi4py's
-    ``[array, (counts, displs)]``)."""
-    run_collective("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
+def _define(spec: Collective) -> None:
+    """Define ``spec``'s blocking, non-blocking and persistent functions in this module;
+    each passes its arguments straight to :func:`run_collective`, :func:`start_collective`
+    or :func:`init_collective` (a one-buffer collective's buffer as recvbuf)."""
+    positional, keywords = _parameters(spec)
+    listed = ", ".join([*positional, "*", *(f"{name}={default}" for name, default, _ in keywords)])
+    hints = {"comm": "MPI.Intracomm", **{name: "Any" for name in positional[1:]},
+             **{name: hint for name, _, hint in keywords}}
+    passed = {"counts": spec.counts_keyword or "None", "op": "op" if spec.reduces else "None",
+              "root": "root" if spec.rooted else "0", "algorithm": "algorithm",
+              "options": "options"}
+    buffers = "None, buf" if spec.one_buffer else "sendbuf, recvbuf"
+    for function, call, returns, doc in _FORMS:
+        function = function.format(name=spec.name)
+        rest = ", ".join(f"{k}={v}" for k, v in passed.items()) \
+            if call.endswith("init_collective") else ", ".join(passed.values())
+        exec(f"def {function}({listed}):\n    {call}({spec.name!r}, comm, {buffers}, {rest})\n",
+             globals())
+        made = globals()[function]
+        made.__doc__ = doc.format(name=spec.name, doc=spec.doc)
+        made.__annotations__ = {**hints, "return": returns}
 
 
-def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, recvcounts: Any = None,
-                   op: Any = MPI.SUM, algorithm: str = "auto",
-                   options: Mapping[str, Any] | None = None) -> None:
-    """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
-    blocks of ``recvbuf.size``, or ``recvcounts``)."""
-    run_collective("reduce_scatter", comm, sendbuf, recvbuf, recvcounts, op, 0, algorithm,
-                   options)
-
-
-def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM,
-              algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
-    """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
-    (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
-    run_collective("allreduce", comm, sendbuf, recvbuf, None, op, 0, algorithm, options)
-
-
-def iallgather(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
-               options=None) -> Request:
-    """Non-blocking :func:`allgather`."""
-    return start_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
-                  options=options)
-
-
-def ialltoall(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
-    """Non-blocking :func:`alltoall`."""
-    return start_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
-
-
-def ialltoallv(comm, sendbuf, recvbuf, *, algorithm="auto", options=None) -> Request:
-    """Non-blocking :func:`alltoallv`."""
-    return start_collective("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
-
-
-def ireduce_scatter(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM, algorithm="auto",
-                    options=None) -> Request:
-    """Non-blocking :func:`reduce_scatter`."""
-    return start_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-                  algorithm=algorithm, options=options)
-
-
-def iallreduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
-               options=None) -> Request:
-    """Non-blocking :func:`allreduce`."""
-    return start_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
-                  options=options)
-
-
-def allgather_init(comm, sendbuf, recvbuf, *, recvcounts=None, algorithm="auto",
-                   options=None) -> PersistentRequest:
-    """Persistent :func:`allgather`: plan once, ``start()``/``wait()`` many times."""
-    return init_collective("allgather", comm, sendbuf, recvbuf, counts=recvcounts, algorithm=algorithm,
-                 options=options)
-
-
-def alltoall_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
-                  ) -> PersistentRequest:
-    """Persistent :func:`alltoall`."""
-    return init_collective("alltoall", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
-
-
-def alltoallv_init(comm, sendbuf, recvbuf, *, algorithm="auto", options=None
-                   ) -> PersistentRequest:
-    """Persistent :func:`alltoallv`."""
-    return init_collective("alltoallv", comm, sendbuf, recvbuf, algorithm=algorithm, options=options)
-
-
-def reduce_scatter_init(comm, sendbuf, recvbuf, *, recvcounts=None, op=MPI.SUM,
-                        algorithm="auto", options=None) -> PersistentRequest:
-    """Persistent :func:`reduce_scatter`."""
-    return init_collective("reduce_scatter", comm, sendbuf, recvbuf, counts=recvcounts, op=op,
-                 algorithm=algorithm, options=options)
-
-
-def allreduce_init(comm, sendbuf, recvbuf, *, op=MPI.SUM, algorithm="auto",
-                   options=None) -> PersistentRequest:
-    """Persistent :func:`allreduce`."""
-    return init_collective("allreduce", comm, sendbuf, recvbuf, op=op, algorithm=algorithm,
-                 options=options)
-
-
-def bcast(comm: MPI.Intracomm, buf: Any, *, root: int = 0, algorithm: str = "auto",
-          options: Mapping[str, Any] | None = None) -> None:
-    """The root's ``buf`` into every rank's ``buf`` (like ``comm.Bcast(buf, root)``)."""
-    run_collective("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
-
-
-def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *, op: Any = MPI.SUM, root: int = 0,
-           algorithm: str = "auto", options: Mapping[str, Any] | None = None) -> None:
-    """Elementwise reduction of every rank's ``sendbuf`` into the root's ``recvbuf`` (not used
-    on the other ranks, where it may be None; ``MPI.IN_PLACE`` as the root's sendbuf reduces
-    its ``recvbuf`` in place), like ``comm.Reduce(sendbuf, recvbuf, op, root)``."""
-    run_collective("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
-         options=options)
-
-
-def ibcast(comm, buf, *, root=0, algorithm="auto", options=None) -> Request:
-    """Non-blocking :func:`bcast`."""
-    return start_collective("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
-
-
-def ireduce(comm, sendbuf, recvbuf, *, op=MPI.SUM, root=0, algorithm="auto",
-            options=None) -> Request:
-    """Non-blocking :func:`reduce`."""
-    return start_collective("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
-                  options=options)
-
-
-def bcast_init(comm, buf, *, root=0, algorithm="auto", options=None) -> PersistentRequest:
-    """Persistent :func:`bcast`."""
-    return init_collective("bcast", comm, None, buf, root=root, algorithm=algorithm, options=options)
-
-
-def reduce_init(comm, sendbuf, recvbuf, *, op=MPI.SUM, root=0, algorithm="auto",
-                options=None) -> PersistentRequest:
-    """Persistent :func:`reduce`."""
-    return init_collective("reduce", comm, sendbuf, recvbuf, op=op, root=root, algorithm=algorithm,
-                 options=options)
+on_add(_define)

@@ -5,8 +5,9 @@ A :class:`Collective` says everything about a collective that is not an algorith
 buffer sizes a call needs, where a rank's input lies, the result on integer data (the one
 oracle of the verifier, the benchmark's data check and the tests), the MPI library's own
 collective, and the benchmarks' conventions (OSU message size, bus-bandwidth factor).  Every
-other module iterates over :data:`SPECS`; adding a collective is one spec here plus its
-planners in :mod:`hpccoll.algorithms`.  Nothing here imports MPI at module level.
+other module iterates over :data:`SPECS`, and the public functions (blocking, non-blocking,
+persistent) and the package's names are made from it; adding a collective is one spec here
+(or :func:`add`) plus its planners.  Nothing here imports MPI at module level.
 """
 
 from __future__ import annotations
@@ -58,6 +59,16 @@ class Collective(ABC):
     exact_sizes = True       # buffers must have exactly the sizes (not at least)
     one_buffer = False       # one buffer, passed as recvbuf (bcast)
     recv_at_root_only = False   # recvbuf significant at the root only (reduce)
+    # the public functions (:mod:`hpccoll.api` makes them from these): their docstring, and
+    # the keyword naming the user's counts (None: the collective takes none)
+    doc = ""
+    counts_keyword: str | None = None
+
+    @property
+    def functions(self) -> tuple[str, str, str]:
+        """The names of the collective's public functions: blocking, non-blocking and
+        persistent (``allreduce``, ``iallreduce``, ``allreduce_init``)."""
+        return self.name, "i" + self.name, self.name + "_init"
 
     # ------------------------------------------------------------------- calls and buffers
     @abstractmethod
@@ -149,6 +160,10 @@ class Collective(ABC):
 
 class Allgather(Collective):
     name, mpi_name, in_place = "allgather", "Allgather", True
+    counts_keyword = "recvcounts"
+    doc = """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
+    (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
+    own block from its place in ``recvbuf``)."""
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         if counts is None:
@@ -184,6 +199,7 @@ class Allgather(Collective):
 
 class Alltoall(Collective):
     name, mpi_name = "alltoall", "Alltoall"
+    doc = "Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         if send_n != recv_n or recv_n % p:
@@ -221,6 +237,9 @@ class Alltoall(Collective):
 
 class Alltoallv(Alltoall):
     name, mpi_name, vector, exact_sizes = "alltoallv", "Alltoallv", True, False
+    doc = """All-to-all with per-peer counts: ``sendbuf = [array, sendcounts(, sdispls)]``,
+    ``recvbuf = [array, recvcounts(, rdispls)]`` in elements (or mpi4py's
+    ``[array, (counts, displs)]``)."""
 
     def alike(self, call):
         return ()               # counts differ by rank: the check mode exchanges them
@@ -265,6 +284,9 @@ class Alltoallv(Alltoall):
 
 class ReduceScatter(Collective):
     name, mpi_name, reduces = "reduce_scatter", "Reduce_scatter", True
+    counts_keyword = "recvcounts"
+    doc = """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
+    blocks of ``recvbuf.size``, or ``recvcounts``)."""
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         counts = (recv_n,) * p if counts is None else check_counts(counts, p, "recvcounts")
@@ -291,6 +313,8 @@ class ReduceScatter(Collective):
 
 class Allreduce(Collective):
     name, mpi_name, reduces, in_place = "allreduce", "Allreduce", True, True
+    doc = """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
+    (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
         # the input sets the vector's length, so a receive buffer of another size is the one
@@ -321,6 +345,7 @@ class Bcast(Allreduce):
 
     name, mpi_name, reduces, in_place, rooted = "bcast", "Bcast", False, False, True
     one_buffer = True
+    doc = "The root's ``buf`` into every rank's ``buf`` (like ``comm.Bcast(buf, root)``)."
 
     def sizes(self, call):
         return 0, call.counts[0]
@@ -348,6 +373,9 @@ class Reduce(Allreduce):
     other ranks' recvbuf is not used; MPI.IN_PLACE as sendbuf at the root)."""
 
     name, mpi_name, rooted, recv_at_root_only = "reduce", "Reduce", True, True
+    doc = """Elementwise reduction of every rank's ``sendbuf`` into the root's ``recvbuf`` (not used
+    on the other ranks, where it may be None; ``MPI.IN_PLACE`` as the root's sendbuf reduces
+    its ``recvbuf`` in place), like ``comm.Reduce(sendbuf, recvbuf, op, root)``."""
 
     def alike(self, call):
         return call.counts, call.root       # only the root may be in place
@@ -391,6 +419,29 @@ class Reduce(Allreduce):
 SPECS: dict[str, Collective] = {c.name: c for c in (
     Allgather(), Alltoall(), Alltoallv(), ReduceScatter(), Allreduce(), Bcast(), Reduce())}
 NAMES = tuple(SPECS)
+_listeners: list[Callable[[Collective], None]] = []
+
+
+def add(collective: Collective) -> None:
+    """Add a collective: its spec joins :data:`SPECS` (and :data:`NAMES`), and every module
+    that builds something per collective (the public functions, the package's names) is told
+    (:func:`on_add`).  Its planners then register in :mod:`hpccoll.registry` as any family's."""
+    global NAMES
+    if not collective.name.isidentifier() or collective.name in SPECS:
+        raise ValueError(f"cannot add collective {collective.name!r}: "
+                         f"{'it exists' if collective.name in SPECS else 'not an identifier'}")
+    SPECS[collective.name] = collective
+    NAMES = tuple(SPECS)
+    for listener in _listeners:
+        listener(collective)
+
+
+def on_add(listener: Callable[[Collective], None]) -> None:
+    """Call ``listener(spec)`` for every collective in :data:`SPECS` now and every one
+    :func:`add` adds later."""
+    _listeners.append(listener)
+    for collective in list(SPECS.values()):
+        listener(collective)
 
 
 def spec(name: str) -> Collective:

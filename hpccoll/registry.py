@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .collectives import NAMES as COLLECTIVES, spec
+from .collectives import SPECS, spec
 from .schedule import Call, Program
 
 NATIVE = "native"
@@ -116,7 +116,7 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
 
     def decorate(planner: Planner) -> Planner:
         for coll in names:
-            if coll not in COLLECTIVES:
+            if coll not in SPECS:
                 raise ValueError(f"unknown collective {coll!r}")
             if (coll, name) in _REGISTRY or name == NATIVE:
                 raise ValueError(f"algorithm {name!r} registered twice for {coll}")

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from .collectives import SPECS, on_add
+
 DEFAULT_TIMEOUT = 600.0
 _UNSET = object()
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -84,13 +86,15 @@ def tuning_file(text: str) -> str:
     return path
 
 
+def _algorithm_variable(name: str) -> Variable:
+    """``HPCCOLL_<NAME>_ALGORITHM``, collective ``name``'s forced algorithm."""
+    return Variable(f"HPCCOLL_{name.upper()}_ALGORITHM", "algorithm name", "auto",
+                    f"the algorithm `algorithm=\"auto\"` runs for {name} (if it applies "
+                    "to the call; otherwise the next source decides)", algorithm_name(name))
+
+
 def _algorithm_variables() -> tuple[Variable, ...]:
-    from .collectives import NAMES
-    return tuple(Variable(f"HPCCOLL_{name.upper()}_ALGORITHM", "algorithm name", "auto",
-                          f"the algorithm `algorithm=\"auto\"` runs for {name} (if it applies "
-                          "to the call; otherwise the next source decides)",
-                          algorithm_name(name))
-                 for name in NAMES)
+    return tuple(_algorithm_variable(name) for name in SPECS)
 
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
@@ -113,6 +117,16 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "whether MPI reads and writes device memory itself; otherwise device buffers "
              "are staged through the host", parse_bool),
 )}
+
+
+def _declare_algorithm_variable(collective: Any) -> None:
+    """Declare the algorithm variable of a collective added after import (the others keep
+    their place in :data:`VARIABLES`)."""
+    variable = _algorithm_variable(collective.name)
+    VARIABLES.setdefault(variable.name, variable)
+
+
+on_add(_declare_algorithm_variable)
 
 
 def read(name: str, unset: Any = None) -> Any:

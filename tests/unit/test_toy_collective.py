@@ -1,0 +1,98 @@
+"""Adding a collective is one spec plus its planners: a toy one (tests/toy_collective.py, an
+inclusive scan), added from outside the package, gets its three public functions and package
+names, its settings variable, the verifier, ``hpccoll verify`` and ``explain``, with no other
+file touched.  It runs in a child process, so the other tests see the shipped collectives
+only (the MPI case, calling and benchmarking it: tests/mpi/test_toy_collective.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+SCRIPT = r'''
+import inspect, os, random
+import numpy as np
+import hpccoll
+from hpccoll import collectives, registry, settings, verify
+import toy_collective
+
+assert "scan" not in collectives.SPECS and not hasattr(hpccoll, "iscan")
+toy_collective.install()
+
+# the three functions, exported, with the signature every reduction's functions have
+for name, returns in (("scan", "None"), ("iscan", "Request"), ("scan_init", "PersistentRequest")):
+    function = getattr(hpccoll, name)
+    assert name in hpccoll.__all__ and name in dir(hpccoll), name
+    assert function.__module__ == "hpccoll.api" and function.__annotations__["return"] == returns
+    assert str(inspect.signature(function)) == str(inspect.signature(
+        getattr(hpccoll, name.replace("scan", "allreduce"))))
+assert hpccoll.scan.__doc__ == toy_collective.Scan.doc
+assert collectives.NAMES[-1] == "scan" and collectives.spec("scan").functions[1] == "iscan"
+try:
+    hpccoll.scan(None, None, None, recvcounts=[1])
+except TypeError as error:
+    assert "recvcounts" in str(error)
+else:
+    raise AssertionError("scan took recvcounts")
+
+# its planner, its settings variable, and auto's choice by the cost model
+assert [a.name for a in registry.algorithms("scan")] == ["linear"]
+os.environ["HPCCOLL_SCAN_ALGORITHM"] = "linear"
+assert settings.read("HPCCOLL_SCAN_ALGORITHM") == "linear"
+os.environ["HPCCOLL_SCAN_ALGORITHM"] = "rign"
+try:
+    settings.read("HPCCOLL_SCAN_ALGORITHM")
+except ValueError as error:
+    assert "HPCCOLL_SCAN_ALGORITHM" in str(error)
+else:
+    raise AssertionError("a bad algorithm name passed")
+del os.environ["HPCCOLL_SCAN_ALGORITHM"]
+
+# the verifier checks it against the spec's oracle, and catches a planner that is wrong
+checked = verify.check_sweep("scan", "linear", max_ranks=9, max_power_of_two=16)
+assert checked == 19, checked
+calls = verify.random_calls("scan", 3, random.Random(1), counts=(2, 2))
+inputs = [np.array([1, 2]), np.array([10, 20]), np.array([100, 200])]
+assert [want.tolist() for want, _ in verify.expected_outputs(calls, inputs)] == \
+    [[1, 2], [11, 22], [111, 222]]
+
+@registry.register("scan", "copy_only", family="linear", auto=False)
+def plan_copy_only(call):
+    """Wrong on purpose: every rank keeps its own input."""
+    step = toy_collective.StepBuilder()
+    n = call.counts[0]
+    step.copy(toy_collective.Region(toy_collective.SEND, 0, n),
+              toy_collective.Region(toy_collective.RECV, 0, n))
+    return toy_collective.Program((step.build(),))
+
+try:
+    verify.check_algorithm("scan", "copy_only", 3, counts=(2, 2))
+except verify.VerificationError as error:
+    assert "scan/copy_only, p=3, rank 1: wrong result" in str(error), error
+else:
+    raise AssertionError("the verifier passed a wrong scan")
+
+# the command line tools, imported after the spec was added
+from hpccoll.tools.cli import main
+assert main(["verify", "--collective", "scan", "--algorithm", "linear", "--max-ranks", "5",
+             "--max-power-of-two", "8"]) in (0, None)
+assert main(["explain", "scan", "--bytes", "1K", "--ranks", "4"]) in (0, None)
+print("toy collective: ok")
+'''
+
+
+def test_a_toy_collective_is_one_spec_and_one_planner():
+    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=300, cwd=TESTS, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "toy collective: ok"
+    assert ["scan", "linear", "11"] == [line.split()[:3] for line in lines
+                                        if line.startswith("scan ")][0]     # hpccoll verify
+    assert any(line.endswith(" ok") for line in lines if line.startswith("scan "))
+    assert "scan, 1024 B, 4 rank(s): auto picks linear (cost model" in done.stdout  # explain
