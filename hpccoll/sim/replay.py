@@ -29,7 +29,7 @@ from typing import Any
 from .. import registry
 from ..collectives import spec
 from ..schedule import Copy, Program, Reduce, Step
-from . import drive, engine, network
+from . import drive, engine, native, network
 from .platform import Platform
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
@@ -87,11 +87,16 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
     """Every rank's program of ``algorithm`` for a ``nbytes`` message (OSU convention) on
     ``platform``'s ranks, planned for its topology (``flat``: as if every rank were on one
     node, the topology-blind schedule) with the planner ``options`` ((name, value) pairs);
-    ValueError if the algorithm cannot serve it."""
+    ValueError if the algorithm cannot serve it.  ``native:mpich`` and ``native:openmpi``:
+    the algorithm that library selects (:mod:`hpccoll.sim.native`)."""
     if algorithm == registry.NATIVE:
         raise ValueError("native is the MPI library's own collective and has no schedule to "
-                         "replay: name the classic algorithm it runs ("
+                         "replay: name native:mpich or native:openmpi (their default "
+                         "selections replayed) or the classic algorithm it runs ("
                          f"{', '.join(CLASSIC.get(collective, ())) or 'see hpccoll list'})")
+    if native.is_native(algorithm):
+        algorithm = native.select(algorithm, collective, platform.ranks, nbytes,
+                                  itemsize).algorithm
     count = max(nbytes // itemsize, 0)
     topology = None if flat else platform.topology
     calls = [spec(collective).bench_call(platform.ranks, r, count, itemsize=itemsize,

@@ -104,14 +104,18 @@ def add_parser(subparsers: Any) -> None:
 
 def algorithms_for(collective: str, given: str, target: Any) -> list[str]:
     """The named algorithms ('all': every one that applies to the platform's ranks and
-    topology), checked by :func:`hpccoll.sim.replay.programs` when planned."""
+    topology; ``native:mpich``, ``native:openmpi``: the library's selection), checked by
+    :func:`hpccoll.sim.replay.programs` when planned."""
+    from ..sim.native import is_native, select
     call = spec(collective).uniform_call(target.ranks, 0, 1, topology=target.topology)
     names: list[str] = []
     for name in (n.strip() for n in given.split(",")):
         if name == "all":
             names += [a.name for a in registry.algorithms(collective) if a.violated(call) is None]
         elif name:
-            if name != registry.NATIVE:        # native: replay says what to name instead
+            if is_native(name):                # the library's selection, checked here
+                select(name, collective, target.ranks, 1 << 10, 4)
+            elif name != registry.NATIVE:      # native: replay says what to name instead
                 registry.get(collective, name)  # an unknown name raises here
             names.append(name)
     if not names:
@@ -144,6 +148,7 @@ def measured(collective: str, names: list[str], target: Any, sizes: list[int], d
     (:func:`hpccoll.sim.traffic.traffic`)."""
     import numpy as np
 
+    from ..sim.native import is_native, select
     from ..sim.replay import plan, replay
     from ..sim.traffic import traffic
     from .results import Result
@@ -165,11 +170,24 @@ def measured(collective: str, names: list[str], target: Any, sizes: list[int], d
         us = t * 1e6
         first = firsts.setdefault(size, us)
         algbw = total / us / 1e3
+        resolved = select(name, collective, p, size, itemsize).algorithm if is_native(name) \
+            else None
         results.append(Result(collective, name, p, dtype, size, count, 1, us, algbw,
-                              algbw * c.busbw_factor(p), first / us, 0, model_us=m * 1e6))
+                              algbw * c.busbw_factor(p), first / us, 0, resolved=resolved,
+                              model_us=m * 1e6))
     speed = {"planning_s": round(planning, 6), "simulation_s": round(replayed.wall, 6),
              "transfers": replayed.transfers, "transfers_per_s": round(replayed.rate)}
     return results, speed, loads
+
+
+def print_selections(collective: str, p: int, results: list[Any]) -> None:
+    """What native:mpich / native:openmpi replayed at each size (a comment line each)."""
+    from ..sim.native import is_native, select
+    for r in results:
+        if is_native(r.algorithm):
+            choice = select(r.algorithm, collective, p, r.bytes, r.bytes // r.count)
+            print(f"# {r.algorithm} at {r.bytes} B: {choice.chosen} -> {choice.algorithm}"
+                  + (f" (stand-in: {choice.stand_in})" if choice.stand_in else ""))
 
 
 def print_traffic(results: list[Any], loads: list[Any]) -> None:
@@ -231,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"  {r.bytes:>10} {r.algorithm:>20} {r.time_us:>12.2f} {r.model_us:>12.2f} "
               f"{r.algbw_gbs:>12.3f} {r.busbw_gbs:>12.3f} {r.vs_native:>15.2f}x")
+    print_selections(args.collective, target.ranks, results)
     print_traffic(results, loads)
     if args.json:
         meta = {"command": " ".join(args.command_line), "ranks": target.ranks,
