@@ -12,26 +12,22 @@ MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI
 
 import importlib as _importlib
 
-from . import topology as _topology_module  # noqa: F401  (loaded now: see _EXPORTS)
+from .collectives import on_add as _on_add
 
 __version__ = "0.1.0"
 
-from .collectives import on_add as _on_add
-
 # public name -> the module defining it (the collectives' functions, made from their specs in
-# hpccoll.api, are added below).  The submodule ``hpccoll.topology`` is imported above so
-# that importing it later cannot rebind ``hpccoll.topology``, which is the function.
+# hpccoll.api, are added below)
 _EXPORTS = {
     "allgather_stream": "streaming",
     "Request": "requests", "PersistentRequest": "requests",
     "CollectiveError": "runtime.progress", "CollectiveTimeout": "runtime.progress",
     "CommunicatorRevoked": "runtime.progress", "VerificationError": "verify",
-    "configure": "settings", "set_topology": "context", "topology": "context",
+    "configure": "settings", "set_topology": "context", "get_topology": "context",
     "recover": "context",
     "Topology": "topology", "SharedAllgather": "shared", "SharedAllreduce": "shared",
     "Comm": "comm",
 }
-del globals()["topology"]
 
 _SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on the collectives
 

@@ -304,7 +304,7 @@ def set_topology(comm: MPI.Comm, topology: Topology | str) -> Topology:
     return topology
 
 
-def topology(comm: MPI.Comm) -> Topology:
+def get_topology(comm: MPI.Comm) -> Topology:
     """The topology hpccoll uses for ``comm`` (detected on first use, or set)."""
     check_comm(comm)
     return context(comm).topology

@@ -294,7 +294,7 @@ class SharedAllgather(_SharedCollective):
         p = comm.Get_size()
         block = math.prod(self.block_shape)
         buffer_bytes = round_up(p * block * self.dtype.itemsize)
-        topology = context.topology(comm)
+        topology = context.get_topology(comm)
         counts = tuple(len(m) * block for m in topology.nodes)
         inter_call = Call("allgather", len(counts), 0, counts, in_place=True,
                           itemsize=self.dtype.itemsize)
@@ -382,7 +382,7 @@ class SharedAllreduce(_SharedCollective):
         _check_algorithm_name(self.collective, inter_algorithm)
         n = math.prod(self.shape)
         item = self.dtype.itemsize
-        topology = context.topology(comm)
+        topology = context.get_topology(comm)
         q = len(topology.nodes[topology.regions[0][comm.Get_rank()]])
         slot_bytes = round_up(n * item)
         inter_call = Call("allreduce", topology.count(0), 0, (n,), in_place=True, itemsize=item)

@@ -209,7 +209,7 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
     sizes = [size_arg(s) for s in args.sizes.split(",")]
-    hpccoll.topology(comm)
+    hpccoll.get_topology(comm)
     records, wrong = [], 0
     for pattern, run in (("AG", allgather_pattern), ("RS", reduce_scatter_pattern)):
         for nbytes in sizes:

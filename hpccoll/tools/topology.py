@@ -19,9 +19,9 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from ..context import topology
+    from ..context import get_topology
     comm = MPI.COMM_WORLD
-    found = topology(comm)
+    found = get_topology(comm)
     names = comm.gather(MPI.Get_processor_name())
     if comm.rank == 0:
         if args.json:

@@ -12,11 +12,11 @@ def test_detection_and_setting(mpi_ranks, comm):
     import hpccoll
     import numpy as np
     p = comm.size
-    found = hpccoll.topology(comm)
+    found = hpccoll.get_topology(comm)
     assert found == single_node(p)          # one machine: one node
     sub = comm.Dup()
     given = hpccoll.set_topology(sub, f"nodes={p},ppn=1")
-    assert hpccoll.topology(sub) == given and given.count(0) == p
+    assert hpccoll.get_topology(sub) == given and given.count(0) == p
     out = np.zeros(2 * p)
     hpccoll.allgather(sub, np.full(2, float(comm.rank)), out, algorithm="ring")
     assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 2))

@@ -130,3 +130,13 @@ def test_bad_arguments_are_refused_by_python_as_before():
         hpccoll.ibcast(None, None, 0)
     with pytest.raises(TypeError, match="sendbuf"):
         hpccoll.bcast_init(None, None, sendbuf=None)
+
+
+def test_topology_is_the_module_and_get_topology_the_function():
+    """One name, one thing: ``hpccoll.topology`` is the module (Topology, from_spec, ...),
+    ``hpccoll.get_topology(comm)`` / ``set_topology(comm, ...)`` the communicator's."""
+    import hpccoll.topology
+    from hpccoll import context
+    assert inspect.ismodule(hpccoll.topology) and hpccoll.Topology is hpccoll.topology.Topology
+    assert hpccoll.get_topology is context.get_topology and "get_topology" in hpccoll.__all__
+    assert "topology" not in hpccoll.__all__ and not hasattr(context, "topology")
