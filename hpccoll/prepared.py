@@ -21,6 +21,7 @@ from .requests import COMPLETED, NativeOperation
 from .runtime import buffers, device, kernels, native
 from .runtime.executor import Operation, Plan
 from .runtime.native import NativeCall
+from .schedule import RECV
 
 
 class Prepared:
@@ -29,8 +30,11 @@ class Prepared:
 
     Device buffers go to MPI as they are when it is GPU-aware (:func:`buffers.gpu_aware`,
     decided here, once), the local work running as device kernels; otherwise each call copies
-    them into pinned host buffers allocated once for this call signature, runs on those, and
-    copies the result back (a second call running meanwhile gets buffers of its own)."""
+    them into pinned host buffers taken once for this call signature (from the pinned pool),
+    runs on those, and copies the result back (a second call running meanwhile gets buffers
+    of its own).  Of the receive buffer, staging copies only what the call reads and writes
+    (:func:`staged_regions`).  A call on device buffers starts after the work queued on their
+    producers' streams, not after the whole device (:func:`device.wait_for_producers`)."""
 
     def __init__(self, ctx: Context, args: CallArgs, algorithm: str, memory_kind: str):
         self.ctx = ctx
@@ -64,6 +68,7 @@ class Prepared:
         self.on_device = memory_kind == buffers.DEVICE
         self.staged = self.on_device and \
             (not buffers.gpu_aware() or self.plan is not None and self.plan.program.window > 0)
+        self.recv_regions = staged_regions(args) if self.staged else ((), ())
         on_host = not self.on_device or self.staged
         if args.op and not on_host and not device.reduces(args.op, args.dtype):
             raise TypeError(f"{args.op} on {args.dtype} device arrays: the device kernels do "
@@ -90,8 +95,8 @@ class Prepared:
             return COMPLETED
         on_done = nothing
         memory = (send, recv)
-        if self.on_device:
-            device.synchronize()            # the user's kernels on them are done
+        if self.on_device:      # after the producers' work on them (MPI reads them: the host)
+            device.wait_for_producers(memory, host=not self.staged)
             if self.staged:
                 send, recv, on_done = self._stage(send, recv)
                 addresses = check_apart(send, recv)
@@ -115,7 +120,8 @@ class Prepared:
 
     def _stage(self, send: Any, recv: Any) -> tuple[Any, Any, Callable[[], None]]:
         """The pinned host buffers for device ``send``/``recv`` (send None when there is
-        none), filled from them, and the callback that copies the result back."""
+        none), filled from them (of ``recv``, what the call reads), and the callback that
+        copies the result back (what the call writes)."""
         host = self.host
         if host is None or self.host_busy:
             host = (None if send is None else device.pinned(send.size, send.dtype),
@@ -127,13 +133,37 @@ class Prepared:
         host_send, host_recv = host
         if send is not None:
             device.to_host(send, host_send)
-        device.to_host(recv, host_recv)     # what the call does not write stays as it was
+        reads, writes = self.recv_regions
+        device.to_host(recv, host_recv, reads)
 
         def copy_back() -> None:
-            device.to_device(host_recv, recv)
+            device.to_device(host_recv, recv, writes)
             if mine:
                 self.host_busy = False
         return host_send, host_recv, copy_back
+
+
+def staged_regions(args: CallArgs) -> tuple[tuple[tuple[int, int], ...],
+                                             tuple[tuple[int, int], ...]]:
+    """Where a call reads and where it writes its receive buffer, as (offset, count) pairs of
+    elements: staging copies just these.  It reads its input where that lies in the receive
+    buffer (in place: the rank's own block(s); a broadcast's root: its buffer), nothing
+    otherwise.  It writes the blocks of its result (alltoall's at their displacements, the
+    gaps between them untouched; otherwise the whole buffer), less an input in place that a
+    collective which does not reduce leaves as it is (allgather's own block, the root's
+    buffer of a broadcast)."""
+    call, spec = args.call, args.spec
+    source = spec.input(call)
+    inside = source.buffer == RECV and source.count > 0
+    reads = ((source.offset, source.count),) if inside else ()
+    blocks = list(zip(call.rdispls, call.recvcounts)) if call.rdispls else \
+        [(0, spec.sizes(call)[1])]
+    if inside and not spec.reduces:
+        blocks = [piece for offset, count in blocks
+                  for piece in ((offset, min(offset + count, source.offset) - offset),
+                                (max(offset, source.stop), offset + count -
+                                 max(offset, source.stop)))]
+    return reads, tuple((offset, count) for offset, count in blocks if count > 0)
 
 
 def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:

@@ -16,14 +16,19 @@ scalar definitions the host kernels use (:func:`hpccoll.runtime.kernels.combine`
 disk like the host kernels.  hpccoll's copies and kernels run on its own stream
 (:func:`stream`) and wait for that stream only, so MPI never reads memory a kernel is still
 writing and the user's work on other streams goes on; adapted arrays are bound to the default
-stream, so no Numba operation on them runs on the producer's stream by accident.  Scratch,
-staging and the mover's tables come from pools (:mod:`.pool`), not from an allocation and a
-device-synchronising free per call.
+stream, so no Numba operation on them runs on the producer's stream by accident.  A call
+starts after the work queued on its buffers' producers' streams (:func:`producer`), through an
+event recorded there (:func:`wait_for_producers`), never a whole-device synchronize.
+Scratch, staging and the mover's tables come from pools (:mod:`.pool`), not from an allocation
+and a device-synchronising free per call; staging copies only the regions a call reads and
+writes (:func:`to_host`, :func:`to_device`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
 import warnings
 from functools import lru_cache
 from typing import Any, Callable
@@ -41,6 +46,9 @@ LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
 # float16 differs from NumPy's rounding, so device reductions exclude it (staging reduces it)
 REDUCED_KINDS = "iufcb"
 UNREDUCED_DTYPES = (np.dtype(np.float16),)
+# the __cuda_array_interface__'s stream handles of the default streams (0: Numba's default)
+NUMBA_DEFAULT, LEGACY, PER_THREAD = 0, 1, 2
+PRODUCER = "_hpccoll_producer"       # the attribute of an adapted array naming its producer
 
 
 cuda: Any = None        # numba.cuda, imported on first use; a global so the simulator finds it
@@ -154,7 +162,8 @@ def current_device() -> int:
 
 def as_device(buf: Any) -> Any:
     """A Numba device array viewing ``buf``'s memory (``buf`` itself if it is one); it keeps
-    ``buf`` alive.  TypeError where the memory cannot be viewed."""
+    ``buf`` alive and names the stream its producer wrote it on (:func:`producer`).
+    TypeError where the memory cannot be viewed."""
     if is_numba_array(buf):
         return buf
     found = cuda_interface(buf)
@@ -167,7 +176,83 @@ def as_device(buf: Any) -> Any:
                             "objects with __cuda_array_interface__") from None
         buf = cupy.from_dlpack(buf)
         found = buf.__cuda_array_interface__
-    return from_interface(found, owner=buf)
+    array = from_interface(found, owner=buf)
+    setattr(array, PRODUCER, _interface_producer(buf, found))
+    return array
+
+
+def _interface_producer(buf: Any, found: dict) -> int | None:
+    """The stream handle the producer of ``buf`` (interface ``found``) says its work is on:
+    the interface's ``stream`` where it has the key (None: nothing to wait for, as the
+    interface defines it); PyTorch's current stream on the tensor's device for a tensor
+    (whose interface has no such key); else the legacy default stream (an older producer
+    says nothing: the stream it most likely used)."""
+    if "stream" in found:
+        return found["stream"]
+    if type(buf).__module__.startswith("torch"):
+        torch = sys.modules["torch"]
+        return torch.cuda.current_stream(buf.device).cuda_stream or LEGACY
+    return LEGACY
+
+
+def producer(array: Any) -> Any:
+    """What the work on the adapted ``array`` was queued on: the stream handle its interface
+    gave (:func:`as_device`; None: nothing to wait for), else the Numba array's own stream
+    (0: Numba's default stream)."""
+    return getattr(array, PRODUCER, array.stream)
+
+
+def wait_for_producers(arrays: Any, host: bool) -> None:
+    """Order what follows after the work queued so far on the producers' streams of
+    ``arrays`` (None entries skipped), and that work only: an event recorded on each
+    distinct producer stream, waited for by hpccoll's stream (its copies and kernels then
+    follow it), or with ``host`` by the calling thread (MPI reads the memory itself).  No
+    whole-device synchronize: the user's work on other streams goes on."""
+    seen: list[Any] = []
+    for array in arrays:
+        if array is None:
+            continue
+        source = producer(array)
+        if source is None or any(source is s or source == s for s in seen):
+            continue
+        seen.append(source)
+        event = _recorded(source)
+        if host:
+            event.synchronize()
+        else:
+            event.wait(stream())
+
+
+@lru_cache(maxsize=None)
+def _event(device: int, thread: int) -> Any:
+    """The event of a thread on a device, made once and recorded again by every call (an
+    event made and destroyed per call would join Numba's deferred deallocations, whose
+    flush also frees memory, and a free synchronizes the device)."""
+    module = _cuda()
+    return module.event() if simulated() else module.event(timing=False)
+
+
+def _recorded(source: Any) -> Any:
+    """This thread's event recorded on the stream :func:`producer` named.  The simulator
+    (one synchronous device, without stream handles or untimed events) records on a stream
+    of its own for a handle."""
+    module = _cuda()
+    event = _event(current_device(), threading.get_ident())
+    if simulated():
+        event.record(module.stream() if isinstance(source, int) else source)
+        return event
+    if not isinstance(source, int):
+        on = source
+    elif source == NUMBA_DEFAULT:
+        on = module.default_stream()
+    elif source == LEGACY:
+        on = module.legacy_default_stream()
+    elif source == PER_THREAD:
+        on = module.per_thread_default_stream()
+    else:
+        on = module.external_stream(source)
+    event.record(on)
+    return event
 
 
 def from_interface(found: dict, owner: Any) -> Any:
@@ -274,25 +359,32 @@ def stream() -> Any:
     return _stream(current_device())
 
 
-def to_host(array: Any, host: np.ndarray) -> None:
-    """Copy the device ``array`` into ``host`` (same size)."""
-    if host.size:
-        on = stream()
-        array.reshape(array.size).copy_to_host(host, stream=on)
-        on.synchronize()
+def to_host(array: Any, host: np.ndarray, regions: Any = None) -> None:
+    """Copy the device ``array`` into the flat ``host`` (same size): all of it, or only the
+    ``regions`` ((offset, count) pairs, in elements), and wait for the copies once."""
+    _transfer(array, host, regions, "copy_to_host")
 
 
-def to_device(host: np.ndarray, array: Any) -> None:
-    """Copy ``host`` into the device ``array`` (same size)."""
-    if host.size:
-        on = stream()
-        array.reshape(array.size).copy_to_device(host, stream=on)
-        on.synchronize()
+def to_device(host: np.ndarray, array: Any, regions: Any = None) -> None:
+    """Copy the flat ``host`` into the device ``array`` (same size): all of it, or only the
+    ``regions`` ((offset, count) pairs, in elements), and wait for the copies once."""
+    _transfer(array, host, regions, "copy_to_device")
 
 
-def synchronize() -> None:
-    """Wait for all work on the current device (every stream: the user's too)."""
-    _cuda().synchronize()
+def _transfer(array: Any, host: np.ndarray, regions: Any, method: str) -> None:
+    """The copies of :func:`to_host`/:func:`to_device` (``method``), on :func:`stream`."""
+    if regions is None:
+        regions = ((0, host.size),)
+    pieces = [(offset, count) for offset, count in regions if count]
+    if not pieces:
+        return
+    on = stream()
+    flat = array.reshape(array.size)
+    for offset, count in pieces:
+        whole = offset == 0 and count == host.size
+        memory = host if whole else host[offset:offset + count]
+        getattr(flat if whole else flat[offset:offset + count], method)(memory, stream=on)
+    on.synchronize()
 
 
 def _launch(kernel: Callable, count: int, *arguments: Any) -> None:

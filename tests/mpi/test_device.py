@@ -21,6 +21,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import ctypes  # noqa: E402
 import logging  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -146,6 +147,180 @@ def test_staging_and_scratch_memory_come_from_pools(mpi_ranks, comm):
         assert len(asked["device"]) <= 6, asked["device"]       # (24 calls' scratch)
     finally:
         device.cuda.pinned_array, device.cuda.device_array = real["pinned"], real["device"]
+        del os.environ["HPCCOLL_GPU_AWARE"]
+
+
+class Watched:
+    """numba.cuda (the simulator's) with its synchronisation recorded in ``calls``: whole-device
+    synchronizes, and each event's records, stream waits and host waits (the module's
+    functions replaced meanwhile: the simulator's kernels need the module itself)."""
+
+    def __init__(self, module):
+        self.module, self.calls = module, []
+        self.real = module.synchronize, module.event
+
+    def __enter__(self):
+        from hpccoll.runtime import device
+        device._event.cache_clear()             # (hpccoll keeps an event a thread)
+        synchronize, event = self.real
+
+        def recorded_synchronize():
+            self.calls.append("device synchronize")
+            synchronize()
+        self.module.synchronize = recorded_synchronize
+        self.module.event = lambda *a, **k: WatchedEvent(event(*a, **k), self.calls)
+        return self
+
+    def __exit__(self, *exception):
+        from hpccoll.runtime import device
+        self.module.synchronize, self.module.event = self.real
+        device._event.cache_clear()
+
+
+class WatchedEvent:
+    def __init__(self, event, calls):
+        self.event, self.calls = event, calls
+
+    def record(self, stream=0):
+        self.calls.append(("record", stream))
+        self.event.record(stream)
+
+    def wait(self, stream=0):
+        self.calls.append(("wait", stream))
+        self.event.wait(stream)
+
+    def synchronize(self):
+        self.calls.append("event synchronize")
+        self.event.synchronize()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_a_call_waits_for_its_producers_streams_not_the_whole_device(mpi_ranks, comm):
+    """Item 8 of issue 34: a call on device arrays bound to the streams that produced them
+    records an event on each (once per stream) and has hpccoll's stream wait for it where
+    staging copies them, the host where MPI reads them; it never synchronizes the whole
+    device (the user's work on other streams goes on).  Blocking, non-blocking, persistent;
+    scheduled and native."""
+    import hpccoll
+    from hpccoll.runtime import device
+    from numba import cuda
+    r = comm.rank
+    values = data(r, 500, "float64")
+    want = np.zeros_like(values)
+    comm.Allreduce(values, want)
+    with Watched(device._cuda()) as watched:
+        own = device.stream()
+        producer, other = cuda.stream(), cuda.stream()
+        for path, duplicate in each_path(comm):
+            def waits(*streams):
+                after = ("wait", own) if path == "staged" else "event synchronize"
+                return [step for on in streams for step in (("record", on), after)]
+            source = dev(values).bind(producer)
+            for name in ("ring", "native"):
+                result = dev(np.zeros_like(values)).bind(producer)
+                starts = (lambda: hpccoll.allreduce(duplicate, source, result, algorithm=name),
+                          lambda: hpccoll.iallreduce(duplicate, source, result,
+                                                     algorithm=name).wait())
+                for start in starts:
+                    watched.calls.clear()
+                    start()
+                    assert watched.calls == waits(producer), (path, name, watched.calls)
+                    assert np.array_equal(host(result), want), (path, name)
+                result = dev(np.zeros_like(values)).bind(other)     # two producers
+                persistent = hpccoll.allreduce_init(duplicate, source, result, algorithm=name)
+                watched.calls.clear()
+                persistent.start()
+                persistent.wait()
+                assert watched.calls == waits(producer, other), (path, name, watched.calls)
+                assert np.array_equal(host(result), want), (path, name, "persistent")
+                persistent.free()
+
+
+@contextmanager
+def copies():
+    """Bytes the simulator's device arrays copy to the host (``down``) and from it (``up``)
+    meanwhile."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    moved = {"down": 0, "up": 0}
+    to_host, to_device = FakeCUDAArray.copy_to_host, FakeCUDAArray.copy_to_device
+
+    def down(self, ary=None, stream=0):
+        moved["down"] += self._ary.nbytes
+        return to_host(self, ary, stream)
+
+    def up(self, ary, stream=0):
+        if not isinstance(ary, FakeCUDAArray):
+            moved["up"] += self._ary.nbytes
+        return to_device(self, ary, stream)
+    FakeCUDAArray.copy_to_host, FakeCUDAArray.copy_to_device = down, up
+    try:
+        yield moved
+    finally:
+        FakeCUDAArray.copy_to_host, FakeCUDAArray.copy_to_device = to_host, to_device
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_staging_copies_only_what_the_call_reads_and_writes(mpi_ranks, comm):
+    """Item 9 of issue 34: staging copies the send buffer and, of the receive buffer, only
+    the input in place (allgather's own block, a broadcast's root buffer, a reduction's
+    vector) to the host, and back only what the call writes (not the own block of an
+    allgather in place, nothing at a broadcast's root or a reduce's other rank, alltoallv's
+    blocks without the gaps between them, which keep their values)."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    n, size = 1000, 4000                   # elements of a block, its bytes (float32)
+    block = data(r, n, "float32")
+    gathered = np.zeros(n * p, np.float32)
+    comm.Allgather(block, gathered)
+    total = np.zeros(n, np.float32)
+    comm.Allreduce(block, total)
+    sendcounts = [n // 2 + j + r for j in range(p)]
+    recvcounts = [n // 2 + r + j for j in range(p)]
+    rdispls = [sum(recvcounts[:j]) + 3 * (j + 1) for j in range(p)]     # gaps of 3
+    spread = data(r, sum(sendcounts), "float32")
+    landed = np.full(rdispls[-1] + recvcounts[-1] + 3, -1, np.float32)
+    comm.Alltoallv([spread, sendcounts], [landed, (recvcounts, rdispls)])
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    try:
+        duplicate = comm.Dup()
+        for scheduled in (("ring", "ring", "binomial", "binomial", "pairwise"), ("native",) * 5):
+            gather, allreduce, bcast, reduce, alltoallv = scheduled
+            cases = []
+            recv = dev(np.zeros(n * p, np.float32))
+            cases.append(("allgather", lambda: hpccoll.allgather(
+                duplicate, dev(block), recv, algorithm=gather), recv, gathered, size, size * p))
+            mine = np.zeros(n * p, np.float32)
+            mine[r * n:(r + 1) * n] = block
+            inplace = dev(mine)
+            cases.append(("allgather in place", lambda: hpccoll.allgather(
+                duplicate, MPI.IN_PLACE, inplace, algorithm=gather), inplace, gathered, size,
+                size * (p - 1)))
+            result = dev(np.zeros(n, np.float32))
+            cases.append(("allreduce", lambda: hpccoll.allreduce(
+                duplicate, dev(block), result, algorithm=allreduce), result, total, size, size))
+            vector = dev(block)
+            cases.append(("allreduce in place", lambda: hpccoll.allreduce(
+                duplicate, MPI.IN_PLACE, vector, algorithm=allreduce), vector, total, size,
+                size))
+            broadcast = dev(block)
+            cases.append(("bcast", lambda: hpccoll.bcast(
+                duplicate, broadcast, root=1, algorithm=bcast), broadcast, data(1, n, "float32"),
+                size if r == 1 else 0, 0 if r == 1 else size))
+            reduced = dev(np.zeros(n, np.float32))
+            cases.append(("reduce", lambda: hpccoll.reduce(
+                duplicate, dev(block), reduced, root=0, algorithm=reduce), reduced,
+                total if r == 0 else np.zeros(n, np.float32), size, size if r == 0 else 0))
+            exchanged = dev(np.full_like(landed, -1))
+            cases.append(("alltoallv", lambda: hpccoll.alltoallv(
+                duplicate, [dev(spread), sendcounts], [exchanged, recvcounts, rdispls],
+                algorithm=alltoallv), exchanged, landed, spread.nbytes, 4 * sum(recvcounts)))
+            for name, run, got, want, down, up in cases:
+                with copies() as moved:
+                    run()
+                assert np.array_equal(host(got), want), (name, scheduled[0])
+                assert moved == {"down": down, "up": up}, (name, scheduled[0], moved)
+    finally:
         del os.environ["HPCCOLL_GPU_AWARE"]
 
 

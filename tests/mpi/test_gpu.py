@@ -157,6 +157,51 @@ def test_inputs_made_on_other_streams_and_the_issue_34_cases(mpi_ranks, comm):
             del os.environ["HPCCOLL_GPU_AWARE"]
 
 
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_a_call_does_not_wait_for_work_on_other_streams(mpi_ranks, comm):
+    """Item 8 of issue 34: a call waits for the stream that produced its buffers, not for the
+    whole device: a kernel sleeping about a second on another stream is still running when
+    an allreduce on buffers of a third stream returns (a whole-device synchronize would
+    have waited for it), staged and GPU-aware (managed memory).  Under the simulator, whose
+    work is synchronous, the values only."""
+    import hpccoll
+    from numba import cuda
+    r = comm.rank
+    n = 1 << 16
+    values = data(r, n, "float32")
+    want = np.zeros_like(values)
+    comm.Allreduce(values, want)
+
+    @cuda.jit
+    def sleep(repeats):
+        for _ in range(repeats):
+            cuda.nanosleep(500000)
+    mine, busy = cuda.stream(), cuda.stream()
+    for path, duplicate, memories in _paths(comm):
+        memory = memories[0]
+        source = numba_view(memory.to_gpu(values)).bind(mine)
+        got = numba_view(memory.to_gpu(np.zeros_like(values))).bind(mine)
+        hpccoll.allreduce(duplicate, source, got, algorithm="ring")      # pools, kernels
+        if not REHEARSAL:
+            sleep[1, 1, busy](0)                        # (compiled before the clock runs)
+            busy.synchronize()
+            sleep[1, 1, busy](2000)                     # about 1 s (0.5 ms a nap, or less)
+            asleep = cuda.event(timing=False)
+            asleep.record(busy)
+        hpccoll.allreduce(duplicate, source, got, algorithm="ring")
+        if not REHEARSAL:
+            assert not asleep.query(), (path, memory.name, "the call waited for another "
+                                        "stream's work")
+            busy.synchronize()
+        assert np.array_equal(got.copy_to_host(), want), (path, memory.name)
+
+
+def numba_view(array):
+    """A Numba device array of ``array`` (itself where it is one)."""
+    from numba import cuda
+    return array if hasattr(array, "bind") else cuda.as_cuda_array(array)
+
+
 def test_device_kernels_on_gpu_memory_match_the_host_kernels():
     from numba import cuda
     from hpccoll.runtime import device, kernels

@@ -5,6 +5,7 @@ a stand-in for it (the simulator ignores streams, warnings and the disk cache)."
 from __future__ import annotations
 
 import gc
+import sys
 import warnings
 
 import numpy as np
@@ -28,6 +29,21 @@ class Recorder:
     def synchronize(self):
         self.calls.append("device synchronize")
 
+    def event(self, timing=True):
+        return Event(self, timing)
+
+    def default_stream(self):
+        return Named("default")
+
+    def legacy_default_stream(self):
+        return Named("legacy")
+
+    def per_thread_default_stream(self):
+        return Named("per-thread")
+
+    def external_stream(self, handle):
+        return Named(handle)
+
     def from_cuda_array_interface(self, found, owner, sync):
         return Array(found.get("stream") or 0, self)
 
@@ -47,6 +63,27 @@ class Stream:
         self.recorder.calls.append(("stream synchronize", self))
 
 
+class Named:
+    """A stream the recorder did not make (a default one, or another library's): its name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Event:
+    def __init__(self, recorder, timing):
+        self.recorder, self.timing = recorder, timing
+
+    def record(self, stream=0):
+        self.recorder.calls.append(("record", getattr(stream, "name", stream), self.timing))
+
+    def wait(self, stream=0):
+        self.recorder.calls.append(("wait", stream))
+
+    def synchronize(self):
+        self.recorder.calls.append("event synchronize")
+
+
 class Array:
     """A device array as Numba makes one: bound to a stream, copies default to it."""
 
@@ -57,6 +94,10 @@ class Array:
 
     def reshape(self, *shape):
         return Array(0, self.recorder)          # Numba's reshape drops the stream
+
+    def __getitem__(self, where):
+        self.recorder.calls.append(("slice", where.start, where.stop))
+        return Array(self.stream, self.recorder)
 
     def copy_to_host(self, host, stream=0):
         self.recorder.calls.append(("to host", stream or self.stream))
@@ -86,8 +127,10 @@ def cuda(monkeypatch):
     monkeypatch.setattr(device, "simulated", lambda: False)
     monkeypatch.setattr(device, "current_device", lambda: 0)
     device._stream.cache_clear()
+    device._event.cache_clear()
     yield recorder
     device._stream.cache_clear()
+    device._event.cache_clear()
 
 
 class Tensor:
@@ -132,6 +175,57 @@ def test_copies_and_kernels_run_on_hpccolls_stream_and_wait_for_it_alone(cuda):
                           ("to device", own[0]), ("stream synchronize", own[0]),
                           ("to device", own[0]), ("stream synchronize", own[0]),
                           ("launch", own[0]), ("stream synchronize", own[0])]
+
+
+def test_staging_copies_only_the_regions_asked_and_waits_once(cuda):
+    array = device.as_device(Detached(INTERFACE))
+    device.to_host(array, np.empty(4, np.float32), ((0, 1), (2, 0), (3, 1)))
+    device.to_device(np.empty(4, np.float32), array, ())
+    own = cuda.streams[0]
+    assert cuda.calls == [("slice", 0, 1), ("to host", own), ("slice", 3, 4),
+                          ("to host", own), ("stream synchronize", own)]
+
+
+class TorchTensor(Detached):
+    """A PyTorch CUDA tensor as hpccoll sees one: an interface without a stream key (its
+    producer's stream is PyTorch's current stream on its device)."""
+
+    __module__ = "torch"
+    device = "cuda:0"
+
+
+def test_a_call_waits_for_its_producers_streams_by_events_never_the_whole_device(
+        cuda, monkeypatch):
+    """The interface's stream (a handle, the legacy and per-thread default streams, None:
+    nothing to wait for), PyTorch's current stream, a Numba array's own stream, the legacy
+    default stream where an interface says nothing: an untimed event recorded on each (once
+    per stream), waited for by hpccoll's stream, or by the host where MPI reads the memory."""
+    class Torch:
+        class cuda:
+            @staticmethod
+            def current_stream(where):
+                assert where == "cuda:0"
+                return type("Stream", (), {"cuda_stream": 0xbeef})()
+    monkeypatch.setitem(sys.modules, "torch", Torch)
+    silent = {k: v for k, v in INTERFACE.items() if k != "stream"}
+    arrays = [device.as_device(Detached(INTERFACE)), device.as_device(Detached(INTERFACE)),
+              device.as_device(Detached({**INTERFACE, "stream": device.LEGACY})),
+              device.as_device(Detached({**INTERFACE, "stream": device.PER_THREAD})),
+              device.as_device(Detached({**INTERFACE, "stream": None})),
+              device.as_device(TorchTensor(silent)), device.as_device(Detached(silent)),
+              None]
+    assert [device.producer(a) for a in arrays[:-1]] == [7, 7, 1, 2, None, 0xbeef, 1]
+    device.wait_for_producers(arrays, host=False)
+    own = cuda.streams[0]
+    assert cuda.calls == [("record", 7, False), ("wait", own),
+                          ("record", "legacy", False), ("wait", own),
+                          ("record", "per-thread", False), ("wait", own),
+                          ("record", 0xbeef, False), ("wait", own)]
+    del cuda.calls[:]
+    numba_array = Array(Named("theirs"), cuda)              # a Numba array on its stream
+    device.wait_for_producers([numba_array, Array(0, cuda)], host=True)
+    assert cuda.calls == [("record", "theirs", False), "event synchronize",
+                          ("record", "default", False), "event synchronize"]
 
 
 def test_hpccolls_launches_do_not_warn_of_low_occupancy_and_leave_the_filters(cuda):
