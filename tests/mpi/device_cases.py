@@ -95,11 +95,8 @@ def run_every_collective(comm, path, p, r, memory):
             mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
             for name in algorithms_for("allreduce", p, r):
                 send = data(r, 5, dtype)
-                want = np.zeros_like(send)
-                comm.Allreduce(send, want, op=mpi_op)
-                got = dev(np.zeros_like(send))
-                hpccoll.allreduce(comm, dev(send), got, op=mpi_op, algorithm=name)
-                assert np.array_equal(host(got), want), (path, "allreduce", name, dtype, op)
+                got, want = against_mpi(comm, "allreduce", send, memory, name, op=mpi_op)
+                assert np.array_equal(got, want), (path, "allreduce", name, dtype, op)
                 inplace = dev(send)
                 hpccoll.allreduce(comm, MPI.IN_PLACE, inplace, op=mpi_op, algorithm=name)
                 assert np.array_equal(host(inplace), want), (path, "allreduce in place", name)
@@ -117,13 +114,24 @@ def run_every_collective(comm, path, p, r, memory):
             hpccoll.bcast(comm, buf, root=root, algorithm=name)
             assert np.array_equal(host(buf), want), (path, "bcast", name, dtype)
         for name in algorithms_for("reduce", p, r):
-            send = data(r, 7, dtype)
-            want = np.zeros_like(send)
-            comm.Reduce(send, want, root=root)
-            got = dev(np.zeros_like(send))
-            hpccoll.reduce(comm, dev(send), got, root=root, algorithm=name)
+            got, want = against_mpi(comm, "reduce", data(r, 7, dtype), memory, name,
+                                    root=root)
             if r == root:
-                assert np.array_equal(host(got), want), (path, "reduce", name, dtype)
+                assert np.array_equal(got, want), (path, "reduce", name, dtype)
+
+
+def against_mpi(comm, collective, send, memory, algorithm, **keywords):
+    """hpccoll's ``collective`` (allreduce, reduce: a result the size of the input) with
+    ``algorithm`` on ``memory``'s copies of ``send`` into a zeroed receive buffer, and MPI's
+    own on NumPy arrays, with the same ``keywords`` (op, root): (hpccoll's result copied
+    to the host, MPI's)."""
+    import hpccoll
+    want = np.zeros_like(send)
+    getattr(comm, collective.capitalize())(send, want, **keywords)
+    got = memory.to_gpu(np.zeros_like(send))
+    getattr(hpccoll, collective)(comm, memory.to_gpu(send), got, algorithm=algorithm,
+                                 **keywords)
+    return memory.to_host(got), want
 
 
 def run_nonblocking_and_persistent(comm, duplicate, path, r, memory):
