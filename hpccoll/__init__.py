@@ -12,7 +12,7 @@ MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI
 
 import importlib as _importlib
 
-from .collectives import on_add as _on_add
+from .collectives import Collective as _Collective, on_add as _on_add
 
 __version__ = "0.1.0"
 
@@ -34,9 +34,12 @@ _SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on th
 __all__ = list(_EXPORTS) + list(_SUBPACKAGES)
 
 
-def _export(spec: object) -> None:
+def _export(spec: _Collective) -> None:
     """A collective's blocking, non-blocking and persistent functions as public names."""
-    for name in spec.functions:                 # type: ignore[attr-defined]
+    taken = [name for name in spec.functions if name in _EXPORTS or name in _SUBPACKAGES]
+    if taken:
+        raise ValueError(f"collective {spec.name!r}: hpccoll already has {taken}")
+    for name in spec.functions:
         _EXPORTS[name] = "api"
         __all__.append(name)
 

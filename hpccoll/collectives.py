@@ -425,15 +425,23 @@ _listeners: list[Callable[[Collective], None]] = []
 def add(collective: Collective) -> None:
     """Add a collective: its spec joins :data:`SPECS` (and :data:`NAMES`), and every module
     that builds something per collective (the public functions, the package's names) is told
-    (:func:`on_add`).  Its planners then register in :mod:`hpccoll.registry` as any family's."""
+    (:func:`on_add`); a name taken (a collective's, or one of the package's or of
+    :mod:`hpccoll.api`'s names that its functions would have) is refused with ValueError and
+    the spec not added.  Its planners then register in :mod:`hpccoll.registry` as any
+    family's."""
     global NAMES
     if not collective.name.isidentifier() or collective.name in SPECS:
         raise ValueError(f"cannot add collective {collective.name!r}: "
                          f"{'it exists' if collective.name in SPECS else 'not an identifier'}")
     SPECS[collective.name] = collective
     NAMES = tuple(SPECS)
-    for listener in _listeners:
-        listener(collective)
+    try:
+        for listener in _listeners:
+            listener(collective)
+    except Exception:
+        del SPECS[collective.name]          # refused (a name taken): not added
+        NAMES = tuple(SPECS)
+        raise
 
 
 def on_add(listener: Callable[[Collective], None]) -> None:

@@ -8,6 +8,7 @@ import configparser
 import dis
 import inspect
 import pydoc
+import re
 import typing
 from importlib import metadata
 from pathlib import Path
@@ -140,3 +141,12 @@ def test_topology_is_the_module_and_get_topology_the_function():
     assert inspect.ismodule(hpccoll.topology) and hpccoll.Topology is hpccoll.topology.Topology
     assert hpccoll.get_topology is context.get_topology and "get_topology" in hpccoll.__all__
     assert "topology" not in hpccoll.__all__ and not hasattr(context, "topology")
+
+
+def test_api_py_names_no_collective():
+    """The functions are made from the specs: api.py names no collective (an attribute such
+    as ``prepared.reduce``, the reduction, is not one)."""
+    source = (ROOT / "hpccoll" / "api.py").read_text()
+    for spec in SPECS.values():
+        for name in spec.functions:
+            assert not re.search(rf"(?<![.\w]){name}\b", source), name

@@ -39,6 +39,21 @@ except TypeError as error:
 else:
     raise AssertionError("scan took recvcounts")
 
+# a name taken is refused, and nothing is added: not a collective's, not the package's, not
+# one of hpccoll.api's own
+from hpccoll import api
+for taken, says in (("scan", "cannot add collective 'scan': it exists"),
+                    ("recover", "hpccoll already has ['recover']"),
+                    ("prepare", "hpccoll.api already has ['prepare']")):
+    try:
+        collectives.add(type("Taken", (toy_collective.Scan,), {"name": taken})())
+    except ValueError as error:
+        assert says in str(error), error
+    else:
+        raise AssertionError(f"{taken} was added")
+    assert list(collectives.SPECS)[-1] == "scan" and collectives.NAMES[-1] == "scan"
+assert api.prepare.__module__ == "hpccoll.prepared" and not hasattr(api, "iprepare")
+
 # its planner, its settings variable, and auto's choice by the cost model
 assert [a.name for a in registry.algorithms("scan")] == ["linear"]
 os.environ["HPCCOLL_SCAN_ALGORITHM"] = "linear"
