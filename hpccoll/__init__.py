@@ -12,12 +12,12 @@ MPI (verify, list, explain, catalogue, report, jobs render) never initialise MPI
 
 import importlib as _importlib
 
-from .collectives import Collective as _Collective, on_add as _on_add
+from .collectives import SPECS as _SPECS, Collective as _Collective, on_add as _on_add
 
 __version__ = "0.1.0"
 
-# public name -> the module defining it (the collectives' functions, made from their specs in
-# hpccoll.api, are added below)
+# public name -> the module defining it; and every collective's functions, made from its spec
+# in hpccoll.api (:func:`_public`)
 _EXPORTS = {
     "allgather_stream": "streaming",
     "Request": "requests", "PersistentRequest": "requests",
@@ -31,26 +31,29 @@ _EXPORTS = {
 
 _SUBPACKAGES = ("patterns",)       # hpccoll.patterns: the workloads built on the collectives
 
-__all__ = list(_EXPORTS) + list(_SUBPACKAGES)
+
+def _public() -> dict[str, str]:
+    """Every public name -> the module defining it: the table above, then the blocking,
+    non-blocking and persistent functions of every collective in SPECS."""
+    return {**_EXPORTS, **{name: "api" for spec in _SPECS.values() for name in spec.functions}}
 
 
-def _export(spec: _Collective) -> None:
-    """A collective's blocking, non-blocking and persistent functions as public names."""
+def _refuse_taken(spec: _Collective) -> None:
+    """A collective whose functions would have one of the package's own names is not added."""
     taken = [name for name in spec.functions if name in _EXPORTS or name in _SUBPACKAGES]
     if taken:
         raise ValueError(f"collective {spec.name!r}: hpccoll already has {taken}")
-    for name in spec.functions:
-        _EXPORTS[name] = "api"
-        __all__.append(name)
 
 
-_on_add(_export)
+_on_add(_refuse_taken)
 
 
 def __getattr__(name: str) -> object:
+    if name == "__all__":
+        return [*_public(), *_SUBPACKAGES]
     if name in _SUBPACKAGES:
         return _importlib.import_module(f".{name}", __name__)
-    module = _EXPORTS.get(name)
+    module = _public().get(name)
     if module is None:
         raise AttributeError(f"module 'hpccoll' has no attribute {name!r}")
     value = getattr(_importlib.import_module(f".{module}", __name__), name)
@@ -61,4 +64,4 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     """The public names (the exports, the loaded submodules) and ``__version__``."""
     loaded = {name for name in globals() if not name.startswith("_")}
-    return sorted(loaded | set(__all__) | {"__version__"})
+    return sorted(loaded | set(__getattr__("__all__")) | {"__version__"})

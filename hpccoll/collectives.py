@@ -423,12 +423,12 @@ _listeners: list[Callable[[Collective], None]] = []
 
 
 def add(collective: Collective) -> None:
-    """Add a collective: its spec joins :data:`SPECS` (and :data:`NAMES`), and every module
-    that builds something per collective (the public functions, the package's names) is told
-    (:func:`on_add`); a name taken (a collective's, or one of the package's or of
-    :mod:`hpccoll.api`'s names that its functions would have) is refused with ValueError and
-    the spec not added.  Its planners then register in :mod:`hpccoll.registry` as any
-    family's."""
+    """Add a collective: its spec joins :data:`SPECS` (and :data:`NAMES`, and so the
+    package's public names), and every module that builds something per collective (the
+    public functions, the settings variable) is told (:func:`on_add`).  A name taken (a
+    collective's, or one of the package's or of :mod:`hpccoll.api`'s that its functions would
+    have) is refused with ValueError and the spec taken back out.  Its planners then register
+    in :mod:`hpccoll.registry` as any family's."""
     global NAMES
     if not collective.name.isidentifier() or collective.name in SPECS:
         raise ValueError(f"cannot add collective {collective.name!r}: "

@@ -77,8 +77,8 @@ def resolve(importer: Path, node: ast.ImportFrom | ast.Import) -> list[str]:
         found = []
         for alias in node.names:
             whole = f"{module}.{alias.name}"
-            if module == "hpccoll" and alias.name in hpccoll._EXPORTS:
-                found.append(f"hpccoll.{hpccoll._EXPORTS[alias.name]}")
+            if module == "hpccoll" and alias.name in hpccoll._public():
+                found.append(f"hpccoll.{hpccoll._public()[alias.name]}")
             elif is_module(whole):
                 found.append(whole)
             else:

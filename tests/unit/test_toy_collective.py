@@ -53,6 +53,7 @@ for taken, says in (("scan", "cannot add collective 'scan': it exists"),
         raise AssertionError(f"{taken} was added")
     assert list(collectives.SPECS)[-1] == "scan" and collectives.NAMES[-1] == "scan"
 assert api.prepare.__module__ == "hpccoll.prepared" and not hasattr(api, "iprepare")
+assert "prepare" not in hpccoll.__all__ and not hasattr(hpccoll, "iprepare")
 
 # its planner, its settings variable, and auto's choice by the cost model
 assert [a.name for a in registry.algorithms("scan")] == ["linear"]
