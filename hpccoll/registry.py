@@ -44,6 +44,15 @@ class Option:
         return f"{self.name} ({self.values}; default {self.default}): {self.meaning}"
 
 
+def segment_option(default: str) -> Option:
+    """The option ``segment_bytes`` (what :func:`hpccoll.schedule.segment_count` reads), with
+    ``default`` in words."""
+    return Option("segment_bytes", "a positive integer", default,
+                  "the bytes of a segment: messages are cut into segments of at most this",
+                  lambda value: isinstance(value, int) and not isinstance(value, bool)
+                  and value > 0)
+
+
 def option_problem(declared: tuple[Option, ...], call: Call) -> str | None:
     """What is wrong with ``call``'s options for an algorithm that declares ``declared``: an
     option it does not take, or a value its option does not take (None when nothing is)."""

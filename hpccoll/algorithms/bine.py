@@ -28,22 +28,27 @@ node with L = u + 1, one message; an allgather runs the p broadcasts (the same s
 reverse step order and direction); an allreduce is the one then the other.  Rank r plays
 every node of the tree once (one per block), so it sends p - 1 blocks in each half, in
 ceil(log2 p) steps, for any even p: the paper's construction for non-powers of two, without
-the fold that Swing's and Rabenseifner's need.  Odd p has none (the peers r +/- rho(u) mod p
-are no pairing there): these require p even.  For p a power of two the butterflies are
-Swing's, and the allreduce places blocks by Swing position so that every message is one
-region; the all-to-all is the hypercube all-to-all over those positions (p a power of two, as
-the paper's).  Cost notation as in :mod:`hpccoll.algorithms.tree` (the butterflies' n as in
-:mod:`hpccoll.algorithms.ring`).
+the fold that Swing's and Rabenseifner's need.  For odd p the peers r +/- rho(u) mod p are
+no pairing, and the paper's butterflies (and the paper authors' pico library, whose
+any-count Bine butterflies require an even count) give no construction; hpccoll folds one
+rank: the last rank e = p - 1 hands its data to its neighbour q = p - 2 in a first step,
+ranks 0..p-2 (an even count) run the butterfly with q standing for both (blocks q and e, which
+lie side by side, as one block), and q hands e its part in a last step: two more steps,
+between neighbours, so the traffic stays as local as the butterfly's.  For p a power of two
+the butterflies are Swing's, and the allreduce places blocks by Swing position so that every
+message is one region; the all-to-all is the hypercube all-to-all over those positions (p a
+power of two, as the paper's: its all-to-all has no other construction).  Cost notation as in
+:mod:`hpccoll.algorithms.tree` (the butterflies' n as in :mod:`hpccoll.algorithms.ring`).
 """
 
 from __future__ import annotations
 
 import functools
 
-from ..registry import POWER_OF_TWO, Constraint, Cost, register
+from ..registry import POWER_OF_TWO, Cost, register
 from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region,
                         allgather_blocks, allgather_from_input, allreduce_vectors, alltoall_blocks,
-                        even_split, merge_adjacent, one_rank, reduce_scatter_blocks, split)
+                        even_split, merge_adjacent, one_rank, reduce_scatter_blocks, span, split)
 from .hypercube import HYPERCUBE_ALLTOALL_COST
 from .swing import reached, rho, swing_peer, swing_positions
 from .tree import _accumulator, _from_root, _relative, _rounds
@@ -149,7 +154,11 @@ def plan_bine_reduce(call: Call) -> Program:
 
 # ------------------------------------------------------------------------------ butterflies
 
-EVEN = Constraint("p is 1 or even", lambda c: c.p == 1 or c.p % 2 == 0)
+# Cost formulas (see registry.Cost): the butterfly runs on PE ranks (p, or p - 1 for odd p;
+# 1 for p = 1) and FOLD is 1 when one rank is folded (p odd, above 1).
+_PE = "max(1, p - p % 2)"
+_FOLD = "(p % 2) * (p > 1)"
+_ROUNDS = f"ceil(log2({_PE})) + 2 * {_FOLD}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -176,6 +185,32 @@ def butterfly_sets(p: int, rank: int) -> tuple[tuple[tuple[int, ...], ...],
     return tuple(map(tuple, sends)), tuple(map(tuple, recvs))
 
 
+class _OddFold:
+    """The butterflies at p ranks seen from ``rank``: for odd p the last rank (``extra``)
+    folds into its neighbour (``partner``) and the others run the butterfly on ``size`` =
+    p - 1 ranks in steps ``first``.. (1), the partner's block standing for both; for even p
+    no one folds (``size`` = p, ``first`` = 0)."""
+
+    def __init__(self, p: int, rank: int) -> None:
+        odd = p % 2 == 1 and p > 1
+        self.size = p - 1 if odd else p
+        self.first = 1 if odd else 0
+        self.extra = p - 1 if odd else None
+        self.partner = p - 2 if odd else None
+        self.rank = rank
+
+    def steps(self, butterflies: int = 1) -> ProgramBuilder:
+        """The steps of ``butterflies`` butterflies, with the fold's first and last."""
+        return ProgramBuilder(butterflies * _rounds(self.size) + 2 * self.first)
+
+    def merged(self, blocks: list[Region]) -> list[Region]:
+        """``blocks`` (one per rank, end to end) with the extra rank's fused into the
+        partner's: the butterfly's blocks."""
+        if self.extra is None:
+            return list(blocks)
+        return [*blocks[:self.partner], span(blocks, self.partner, self.extra + 1)]
+
+
 def _regions(held: list[Region], chosen: tuple[int, ...], order: list[Region]) -> tuple:
     """``held``'s regions of the blocks ``chosen``, in the order of ``order``'s offsets (the
     same on every rank), adjacent ones fused."""
@@ -196,22 +231,22 @@ def _add_reduce(ops: list[Reduce], op: Reduce) -> None:
 
 
 def _reduce_scatter(p: int, rank: int, held: list[Region], partial: list[Region],
-                    result: Region, steps: ProgramBuilder, landing: int) -> int:
-    """The Bine reduce-scatter in steps 0..d-1: block b starts in ``held[b]``, sums accumulate
-    in ``partial[b]`` (the layout, the same on every rank, that orders a message's blocks),
-    this rank's own block's in ``result``; arrivals land in scratch from ``landing``.
-    Returns the scratch used."""
+                    result: Region, steps: ProgramBuilder, landing: int, first: int = 0) -> int:
+    """The Bine reduce-scatter in steps first..first+d-1: block b starts in ``held[b]``, sums
+    accumulate in ``partial[b]`` (the layout, the same on every rank, that orders a message's
+    blocks), this rank's own block's in ``result``; arrivals land in scratch from
+    ``landing``.  Returns the scratch used."""
     held, end = list(held), landing
     sends, recvs = butterfly_sets(p, rank)
     for u in range(len(sends)):
-        peer = swing_peer(rank, u, p)
-        steps[u].send(peer, *_regions(held, sends[u], partial))
+        peer, step = swing_peer(rank, u, p), steps[first + u]
+        step.send(peer, *_regions(held, sends[u], partial))
         at, ops = landing, []
         for b in sorted(recvs[u], key=lambda b: partial[b].offset):
             held[b], was = (result if b == rank else partial[b]), held[b]
             _add_reduce(ops, Reduce(held[b], (was, Region(SCRATCH, at, held[b].count))))
             at += held[b].count
-        steps[u].recv(peer, Region(SCRATCH, landing, at - landing), on_arrival=ops)
+        step.recv(peer, Region(SCRATCH, landing, at - landing), on_arrival=ops)
         end = max(end, at)
     return end
 
@@ -227,73 +262,124 @@ def _allgather(p: int, rank: int, result: list[Region], steps: ProgramBuilder,
         steps[first + k].recv(swing_peer(rank, u, p), *_regions(result, sends[u], result))
 
 
-@register("reduce_scatter", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
-          auto=False, options=(),
-          cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)n(β + γ)"))
+@register("reduce_scatter", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+          cost=Cost(_ROUNDS, "n * (p - 1)",
+                    "⌈log₂p⌉α + (p-1)n(β + γ); p odd: ⌈log₂(p-1)⌉ + 2 rounds"))
 def plan_bine_reduce_scatter(call: Call) -> Program:
     """Bine reduce-scatter: the p Bine trees' reduces at once; in step u (peer r +/- rho(u),
     nearest first) each rank sends its peer the partial sums of the blocks it holds at
     L = u + 1 nodes, and reduces what arrives.
 
     Rounds ceil(log2 p); bytes sent per rank (p-1) n, each block once; time
-    ceil(log2 p) alpha + (p-1) n (beta + gamma).  Uneven recvcounts; p even (or 1), without a
-    fold.  A step's blocks are not contiguous: its message is several regions, packed.
-    Scratch: the partial sums (the vector) and the largest step's arrivals.
+    ceil(log2 p) alpha + (p-1) n (beta + gamma).  Uneven recvcounts; any p.  A step's blocks
+    are not contiguous: its message is several regions, packed.  Odd p: the last rank first
+    sends its neighbour (p - 2) every block but its own, which that neighbour adds to its own
+    input; p - 1 ranks run the butterfly, the neighbour's block being its own and the last
+    rank's; the neighbour then sends the last rank its block's sum, to which it adds its own
+    input (ceil(log2(p-1)) + 2 rounds, still (p-1) n sent per rank).  Scratch: the partial
+    sums (the vector) and the largest step's arrivals.
     """
     held, result = reduce_scatter_blocks(call)
     p, rank, counts = call.p, call.rank, call.counts
     if p == 1:
         return one_rank(held[0], result)
-    steps = ProgramBuilder(_rounds(p))
-    partial = split(Region(SCRATCH, 0, sum(counts)), counts)
-    return steps.program(_reduce_scatter(p, rank, held, partial, result, steps, sum(counts)))
+    fold, total = _OddFold(p, rank), sum(counts)
+    steps = fold.steps()
+    if rank == fold.extra:
+        arriving = Region(SCRATCH, 0, counts[rank])
+        steps[0].send(fold.partner, span(held, 0, rank))
+        steps[-1].recv(fold.partner, arriving, on_arrival=(Reduce(result, (held[rank],
+                                                                           arriving)),))
+        return steps.program(counts[rank])
+    pieces, own, end = split(Region(SCRATCH, 0, total), counts), result, total
+    if rank == fold.partner:
+        extra = fold.extra
+        before = span(pieces, 0, extra)
+        arriving = Region(SCRATCH, total, before.count)
+        steps[0].recv(extra, arriving,
+                      on_arrival=(Reduce(before, (span(held, 0, extra), arriving)),))
+        steps[0].copy(held[extra], pieces[extra])
+        held, own, end = pieces, span(pieces, rank, extra + 1), total + before.count
+        steps[-1].send(extra, pieces[extra])
+        steps[-1].copy(pieces[rank], result)
+    scratch = _reduce_scatter(fold.size, rank, fold.merged(held), fold.merged(pieces), own,
+                              steps, total, fold.first)
+    return steps.program(max(scratch, end))
 
 
-@register("allgather", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
-          auto=False, options=(),
-          cost=Cost("ceil(log2(p))", "n * (p - 1)", "⌈log₂p⌉α + (p-1)nβ"))
+@register("allgather", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+          cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLD} * n * (p - 2 + ceil(log2({_PE})))",
+                    "⌈log₂p⌉α + (p-1)nβ; p odd: ⌈log₂(p-1)⌉ + 2 rounds, rank p-2 sends "
+                    "(2p - 3 + ⌈log₂(p-1)⌉)n"))
 def plan_bine_allgather(call: Call) -> Program:
     """Bine allgather: the p Bine trees' broadcasts at once, the reduce-scatter's mirror: in
     step k (peer r +/- rho(d-1-k), farthest first) each rank sends its peer the blocks the
     peer's nodes get in that step.
 
     Rounds ceil(log2 p); bytes sent and received per rank (p-1) n; time ceil(log2 p) alpha
-    + (p-1) n beta.  Uneven blocks, IN_PLACE; p even (or 1), without a fold.  No scratch;
-    messages of several regions, packed.
+    + (p-1) n beta.  Uneven blocks, IN_PLACE; any p.  No scratch; messages of several
+    regions, packed.  Odd p: the last rank first sends its block to its neighbour (p - 2),
+    p - 1 ranks run the butterfly with the two blocks as the neighbour's, and the neighbour
+    then sends the last rank every other block (ceil(log2(p-1)) + 2 rounds; the neighbour
+    sends (2p - 3 + ceil(log2(p-1))) n: the two blocks are its own, sent in every step).
     """
     result, source = allgather_blocks(call)
-    if call.p == 1:
+    p, rank = call.p, call.rank
+    if p == 1:
         return one_rank(source, result[0])
-    steps = ProgramBuilder(_rounds(call.p))
-    _allgather(call.p, call.rank, result, steps, 0)
+    fold = _OddFold(p, rank)
+    steps = fold.steps()
+    if rank == fold.extra:
+        steps[0].send(fold.partner, result[rank])
+        steps[-1].recv(fold.partner, span(result, 0, rank))
+        return allgather_from_input(call, steps.program())
+    if rank == fold.partner:
+        steps[0].recv(fold.extra, result[fold.extra])
+        steps[-1].send(fold.extra, span(result, 0, fold.extra))
+    _allgather(fold.size, rank, fold.merged(result), steps, fold.first)
     return allgather_from_input(call, steps.program())
 
 
-@register("allreduce", "bine", family="bine", source=_SOURCE, requires=(EVEN,),
-          auto=False, options=(),
-          cost=Cost("2 * ceil(log2(p))", "2 * n * (p - 1) / p",
-                    "2⌈log₂p⌉α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
+@register("allreduce", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+          cost=Cost(f"2 * ceil(log2({_PE})) + 2 * {_FOLD}",
+                    f"2 * n * ({_PE} - 1) / {_PE} + {_FOLD} * n",
+                    "2⌈log₂p⌉α + 2(p-1)/p·nβ + (p-1)/p·nγ; p odd: p-1 ranks' butterfly "
+                    "+ 2α + nβ + nγ"))
 def plan_bine_allreduce(call: Call) -> Program:
     """Bine allreduce, bandwidth-optimal: the Bine reduce-scatter of p even blocks of the
     vector, accumulated in the receive buffer, then the Bine allgather of the reduced blocks.
 
     Rounds 2 ceil(log2 p); bytes sent per rank 2(p-1)/p n; time 2 ceil(log2 p) alpha
-    + 2(p-1)/p n beta + (p-1)/p n gamma.  p even (or 1), IN_PLACE; for p a power of two rank
-    b's block is the one at its Swing position (every message one region, Swing's allreduce),
-    else block b.  Scratch: the largest step's arrivals (n/2 for a power of two).
+    + 2(p-1)/p n beta + (p-1)/p n gamma.  Any p, IN_PLACE; for p a power of two rank b's
+    block is the one at its Swing position (every message one region, Swing's allreduce),
+    else block b.  Odd p: the last rank first sends its vector to its neighbour (p - 2), which
+    adds it to its own, p - 1 ranks run the butterflies on p - 1 blocks, and the neighbour
+    sends the last rank the result (2 ceil(log2(p-1)) + 2 rounds; the neighbour sends n
+    more).  Scratch: the largest step's arrivals (n/2 for a power of two; n on the
+    neighbour).
     """
     source, result = allreduce_vectors(call)
     p, rank = call.p, call.rank
     if p == 1 or not result.count:
         return one_rank(source, result)
-    counts = even_split(result.count, p)
-    order = swing_positions(p) if p & (p - 1) == 0 else range(p)
+    fold = _OddFold(p, rank)
+    steps, size = fold.steps(2), fold.size
+    if rank == fold.extra:
+        steps[0].send(fold.partner, source)
+        steps[-1].recv(fold.partner, result)
+        return steps.program()
+    if rank == fold.partner:
+        arriving = Region(SCRATCH, 0, result.count)
+        steps[0].recv(fold.extra, arriving, on_arrival=(Reduce(result, (source, arriving)),))
+        steps[-1].send(fold.extra, result)
+        source = result
+    counts = even_split(result.count, size)
+    order = swing_positions(size) if size & (size - 1) == 0 and not fold.first else range(size)
     into, out = split(source, counts), split(result, counts)
-    held, blocks = [into[order[b]] for b in range(p)], [out[order[b]] for b in range(p)]
-    steps = ProgramBuilder(2 * _rounds(p))
-    scratch = _reduce_scatter(p, rank, held, blocks, blocks[rank], steps, 0)
-    _allgather(p, rank, blocks, steps, _rounds(p))
-    return steps.program(scratch)
+    held, blocks = [into[order[b]] for b in range(size)], [out[order[b]] for b in range(size)]
+    scratch = _reduce_scatter(size, rank, held, blocks, blocks[rank], steps, 0, fold.first)
+    _allgather(size, rank, blocks, steps, fold.first + _rounds(size))
+    return steps.program(max(scratch, result.count if rank == fold.partner else 0))
 
 
 @functools.lru_cache(maxsize=4096)

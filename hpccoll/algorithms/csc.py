@@ -15,7 +15,7 @@ never race the next call's writes.  Cost notation as in :mod:`hpccoll.algorithms
 from __future__ import annotations
 
 from .. import registry
-from ..registry import Constraint, Cost, register
+from ..registry import Constraint, Cost, Option, register
 from ..schedule import (RECV, SEND, SYNC, WINDOW, Call, Copy, Program, Reduce, Region, Step,
                         allgather_blocks, allreduce_vectors, blocks, even_split, local_step, offsets,
                         reduce_scatter_blocks, relabel, relocate)
@@ -49,6 +49,9 @@ NODES_IN_ORDER = Constraint("ranks numbered node by node",
 VALID_INTER = Constraint("option inter names another registered algorithm of the collective",
                          _inter_is_valid)
 ONE_NODE = Constraint("one node", lambda c: len(_nodes(c)) == 1)
+INTER = Option("inter", "the name of another registered algorithm of the collective", "'ring'",
+               "the algorithm the node leaders run between nodes, on the window (it gets "
+               "no options of its own)", lambda value: isinstance(value, str))
 
 
 def _leaders_phase(call: Call, collective: str, counts: tuple[int, ...], *, in_place: bool,
@@ -60,13 +63,14 @@ def _leaders_phase(call: Call, collective: str, counts: tuple[int, ...], *, in_p
     node, _ = _own_node(call)
     planner = registry.get(collective, call.option("inter", "ring")).planner
     sub = planner(Call(collective, len(leaders), node, counts, in_place=in_place,
-                       itemsize=call.itemsize, options=call.options))
+                       itemsize=call.itemsize))
     if call.rank != leaders[node]:
         return Program((Step(),) * len(sub.steps))
     return relabel(relocate(sub, {SEND: (WINDOW, send), RECV: (WINDOW, recv)}), leaders)
 
 
 @register("allgather", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          options=(INTER,),
           source="SW-IntraCC (CSC-AG)", cost=Cost("0", "0", "s + (p+1)n·μ (one node)"))
 def plan_csc_allgather(call: Call) -> Program:
     """Shared-window allgather (CSC-AG): write the own block into the node's window at its
@@ -106,6 +110,7 @@ def _node_reduce(call: Call, total: int, source: Region) -> tuple[list[Step], Re
 
 
 @register("reduce_scatter", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          options=(INTER,),
           source="SW-IntraCC (CSC-RS)", cost=Cost("0", "0", "s + pn·μ + pn·γ (one node)"))
 def plan_csc_reduce_scatter(call: Call) -> Program:
     """Shared-window reduce-scatter (CSC-RS): write the whole input into the own slot of the
@@ -140,6 +145,7 @@ def plan_csc_reduce_scatter(call: Call) -> Program:
 
 
 @register("allreduce", "csc", family="csc", requires=(NODES_IN_ORDER, VALID_INTER),
+          options=(INTER,),
           source="SW-IntraCC", cost=Cost("0", "0", "2s + 2n·μ + n·γ (one node)"))
 def plan_csc_allreduce(call: Call) -> Program:
     """Shared-window allreduce: reduce-scatter then allgather through the node's window: each
@@ -164,7 +170,8 @@ def plan_csc_allreduce(call: Call) -> Program:
     return Program(tuple(steps), scratch=inter.scratch, window=partial.stop)
 
 
-@register("alltoall", "csc", family="csc", requires=(ONE_NODE,), source="SW-IntraCC",
+@register("alltoall", "csc", family="csc", requires=(ONE_NODE,), options=(),
+          source="SW-IntraCC",
           cost=Cost("0", "0", "s + 2pn·μ"))
 def plan_csc_alltoall(call: Call) -> Program:
     """Shared-window all-to-all: write the whole send buffer into the own slot of the node's

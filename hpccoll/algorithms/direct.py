@@ -34,7 +34,7 @@ def _reduce_scatter(p: int, rank: int, source: list[Region], result: Region) -> 
     return Program((step.build(),), scratch=(p - 1) * result.count)
 
 
-@register("allgather", "direct", family="direct",
+@register("allgather", "direct", family="direct", options=(),
           cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)nβ (one port)"))
 def plan_direct_allgather(call: Call) -> Program:
     """Direct allgather: send the own block to all p-1 peers at once.
@@ -46,7 +46,7 @@ def plan_direct_allgather(call: Call) -> Program:
     return allgather_from_input(call, _allgather(call.p, call.rank, result))
 
 
-@register(("alltoall", "alltoallv"), "direct", family="direct",
+@register(("alltoall", "alltoallv"), "direct", family="direct", options=(),
           cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)nβ (one port)"))
 def plan_direct_alltoall(call: Call) -> Program:
     """Direct all-to-all(v): send every block straight to its destination, all at once.
@@ -63,7 +63,7 @@ def plan_direct_alltoall(call: Call) -> Program:
     return Program((step.build(),))
 
 
-@register("reduce_scatter", "direct", family="direct",
+@register("reduce_scatter", "direct", family="direct", options=(),
           cost=Cost("min(1, p - 1)", "(p - 1) * n", "α + (p-1)n(β + γ)"))
 def plan_direct_reduce_scatter(call: Call) -> Program:
     """Direct reduce-scatter: send block j to rank j, reduce the p-1 incoming blocks as they land.
@@ -75,7 +75,7 @@ def plan_direct_reduce_scatter(call: Call) -> Program:
     return _reduce_scatter(call.p, call.rank, source, result)
 
 
-@register("allreduce", "direct", family="direct",
+@register("allreduce", "direct", family="direct", options=(),
           cost=Cost("2 * min(1, p - 1)", "2 * (p - 1) * n / p", "2α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
 def plan_direct_allreduce(call: Call) -> Program:
     """Direct allreduce: direct reduce-scatter of p blocks, then direct allgather of the results.

@@ -62,7 +62,7 @@ def relay_program(n: int, rounds: list[list[Channel]], source: list[Region],
 HYPERCUBE_ALLTOALL_COST = Cost("log2(p)", "n * p * log2(p) / 2", "log2 p (α + n·p/2·β)")
 
 
-@register("alltoall", "hypercube", family="hypercube", requires=(POWER_OF_TWO,),
+@register("alltoall", "hypercube", family="hypercube", options=(), requires=(POWER_OF_TWO,),
           source="All-to-all (parallel pattern)", cost=HYPERCUBE_ALLTOALL_COST)
 def plan_hypercube_alltoall(call: Call) -> Program:
     """Hypercube all-to-all: in round k each rank sends its partner rank XOR 2^k, in one
@@ -188,7 +188,7 @@ DOUBLING_ALLREDUCE_COST = Cost(_ROUNDS, f"n * ({_D} + {_FOLDED})",
                                "⌊log2 p⌋(α + nβ + nγ); p ≠ 2^k: +2α + 2nβ + nγ")
 
 
-@register("allreduce", "recursive_doubling", family="hypercube", source=_SOURCE,
+@register("allreduce", "recursive_doubling", family="hypercube", options=(), source=_SOURCE,
           cost=DOUBLING_ALLREDUCE_COST)
 def plan_recursive_doubling_allreduce(call: Call) -> Program:
     """Recursive-doubling allreduce: in round k each rank swaps its whole partial vector
@@ -258,7 +258,7 @@ def folded_allgather(call: Call) -> Program | tuple[_Fold, list, Region, Program
     return fold, result, source, steps
 
 
-@register("allgather", "recursive_doubling", family="hypercube", source=_SOURCE,
+@register("allgather", "recursive_doubling", family="hypercube", options=(), source=_SOURCE,
           # rank 0: its groups' blocks (2^k + min(2^k, r) in round k), then all but one back
           cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLDED} * n * ({_P} - 1 + {_sum_min(_R)})",
                     "⌊log2 p⌋α + (p-1)nβ; p ≠ 2^k: +2α + pnβ and more on the pairs"))
@@ -318,7 +318,7 @@ def _halving(fold: _Fold, counts: tuple[int, ...], held: Region, accumulate: Reg
         held_blocks = kept_blocks
 
 
-@register("reduce_scatter", "recursive_halving", family="hypercube", source=_SOURCE,
+@register("reduce_scatter", "recursive_halving", family="hypercube", options=(), source=_SOURCE,
           cost=Cost(_ROUNDS, f"n * (p - 1 + {_FOLDED})",
                     "⌊log2 p⌋α + (p-1)n(β + γ); p ≠ 2^k: +2α + pn(β + γ) + nβ"))
 def plan_recursive_halving_reduce_scatter(call: Call) -> Program:
@@ -369,7 +369,7 @@ RABENSEIFNER_COST = Cost(f"2 * {_D} + 2 * {_FOLDED}",
                          "2⌊log2 p⌋α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ; p ≠ p': +2α + 2nβ + nγ")
 
 
-@register("allreduce", "rabenseifner", family="hypercube",
+@register("allreduce", "rabenseifner", family="hypercube", options=(),
           source="Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005", cost=RABENSEIFNER_COST)
 def plan_rabenseifner_allreduce(call: Call) -> Program:
     """Rabenseifner's allreduce: recursive-halving reduce-scatter of p' blocks, then

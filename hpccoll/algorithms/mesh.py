@@ -13,7 +13,7 @@ import math
 import operator
 from typing import Any
 
-from ..registry import Constraint, Cost, register
+from ..registry import Constraint, Cost, Option, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, Region, StepBuilder, blocks,
                         pairs_by_distance, span)
 
@@ -31,6 +31,9 @@ def _valid_rows(p: int, rows: Any) -> bool:
 
 
 VALID_ROWS = Constraint("option rows divides p", lambda c: _valid_rows(c.p, c.option("rows")))
+ROWS = Option("rows", "a positive integer", "the squarest r x c = p, r <= c",
+              "the grid's rows r (they must divide p): phase 1 inside rows of c = p / r ranks, "
+              "phase 2 inside columns of r", lambda value: _valid_rows(1, value))
 
 
 def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
@@ -44,7 +47,8 @@ def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
     return rows, p // rows
 
 
-@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), source="All-to-all (parallel pattern)",
+@register("alltoall", "mesh", family="mesh", requires=(VALID_ROWS,), options=(ROWS,),
+          source="All-to-all (parallel pattern)",
           cost=Cost("0 if p == 1 else 1 if 1 in grid(p) else 2", "n * (2 * p - sum(grid(p)))",
                     "2α + n(2p - r - c)β, grid r x c"))
 def plan_mesh_alltoall(call: Call) -> Program:

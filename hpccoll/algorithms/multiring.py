@@ -38,11 +38,16 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..hamiltonian import Cycle, decompose, decompose_multinode
-from ..registry import Cost, register
+from ..registry import Cost, Option, register
 from ..schedule import (SCRATCH, Call, Program, Region, allgather_blocks, allgather_from_input,
                         blocks, one_rank, parallel, reduce_scatter_blocks, relabel, segment_count,
                         sequence, vector_blocks)
-from .ring import ring_allgather, ring_reduce_scatter
+from .ring import SEGMENTS, ring_allgather, ring_reduce_scatter
+
+DECOMPOSITION = Option("decomposition", "'topology' or 'flat'", "'topology'",
+                       "the Hamiltonian cycles: by nodes where the topology has equal nodes "
+                       "numbered node by node, or decompose(p) on any topology (TASP's naive "
+                       "multi-node decomposition)", lambda value: value in ("topology", "flat"))
 
 
 def multiring_cycles(call: Call) -> tuple[Cycle, ...]:
@@ -125,6 +130,7 @@ def _landing(area: Region, k: int, c: int, chunks: list[Region]) -> list[Region]
 
 
 @register("allgather", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
+          options=(DECOMPOSITION,),
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ/k), k cycles on a full mesh"))
 def plan_multiring_allgather(call: Call) -> Program:
     """Multi-ring allgather (TASP): each block in k chunks, chunk c forwarded along
@@ -141,6 +147,7 @@ def plan_multiring_allgather(call: Call) -> Program:
 
 
 @register("reduce_scatter", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
+          options=(DECOMPOSITION, *SEGMENTS),
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ/k + nγ/k), k cycles on a full mesh"))
 def plan_multiring_reduce_scatter(call: Call) -> Program:
     """Multi-ring reduce-scatter: the ring reduce-scatter on k Hamiltonian cycles at once,
@@ -175,6 +182,7 @@ def plan_multiring_reduce_scatter(call: Call) -> Program:
 
 
 @register("allreduce", "multiring", family="multiring", source="TASP (Wang et al. 2025)",
+          options=(DECOMPOSITION, *SEGMENTS),
           cost=Cost("2 * (p - 1)", "2 * (p - 1) * n / p",
                     "2(p-1)α + 2(p-1)/p·nβ/k + (p-1)/p·nγ/k"))
 def plan_multiring_allreduce(call: Call) -> Program:

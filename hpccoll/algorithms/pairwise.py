@@ -65,7 +65,8 @@ def _pairwise_program(call: Call, rounds: int, partner: Callable[[int, int, int]
     return steps.program()
 
 
-@register(("alltoall", "alltoallv"), "pairwise", family="pairwise", source="All-to-all (parallel pattern)",
+@register(("alltoall", "alltoallv"), "pairwise", family="pairwise", options=(),
+          source="All-to-all (parallel pattern)",
           cost=Cost("0 if p == 1 else p if p % 2 else p - 1", "(p - 1) * n",
                     "p(α + nβ) odd p, (p-1)(α + nβ) even p"))
 def plan_pairwise_alltoall(call: Call) -> Program:
@@ -79,7 +80,8 @@ def plan_pairwise_alltoall(call: Call) -> Program:
     return _pairwise_program(call, one_factor_rounds(call.p), one_factor_partner)
 
 
-@register(("alltoall", "alltoallv"), "xor", family="pairwise", requires=(POWER_OF_TWO,),
+@register(("alltoall", "alltoallv"), "xor", family="pairwise", options=(),
+          requires=(POWER_OF_TWO,),
           source="All-to-all (parallel pattern)", cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_xor_alltoall(call: Call) -> Program:
     """XOR pairwise all-to-all(v): in round i rank j swaps one block with rank j XOR i

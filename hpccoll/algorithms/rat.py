@@ -55,10 +55,9 @@ from __future__ import annotations
 import functools
 import math
 
-from ..registry import Cost, register
+from ..registry import Cost, register, segment_option
 from ..schedule import (SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, one_rank,
                         segment_count, segments, vector_blocks)
-from .tree import segment_option
 
 
 class _Levels:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..registry import Cost, register
+from ..registry import Cost, register, segment_option
 from ..schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, ProgramBuilder, Reduce, Region,
                         allgather_blocks, allgather_from_input, blocks, merge_adjacent, one_rank,
                         reduce_scatter_blocks, segment_count, segments, sequence, vector_blocks)
+
+SEGMENTS = (segment_option("1 MiB"),)
 
 
 def ring_allgather(p: int, rank: int, result: list[Region]) -> Program:
@@ -56,7 +58,7 @@ def ring_reduce_scatter(p: int, rank: int, source: list[Region],
     return steps.program()
 
 
-@register("allgather", "ring", family="ring", source="classic ring (TASP's baseline)",
+@register("allgather", "ring", family="ring", source="classic ring (TASP's baseline)", options=(),
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ)"))
 def plan_ring_allgather(call: Call) -> Program:
     """Ring allgather: p-1 steps, each forwarding the block received in the step before.
@@ -67,7 +69,7 @@ def plan_ring_allgather(call: Call) -> Program:
     return allgather_from_input(call, ring_allgather(call.p, call.rank, result))
 
 
-@register("reduce_scatter", "ring", family="ring", source="classic ring",
+@register("reduce_scatter", "ring", family="ring", source="classic ring", options=SEGMENTS,
           cost=Cost("p - 1", "(p - 1) * n", "(p-1)(α + nβ + nγ)"))
 def plan_ring_reduce_scatter(call: Call) -> Program:
     """Ring reduce-scatter: p-1 steps, partial sums travel the ring and grow by one term a step.
@@ -91,7 +93,7 @@ def plan_ring_reduce_scatter(call: Call) -> Program:
     return replace(program, scratch=2 * width)
 
 
-@register("allreduce", "ring", family="ring",
+@register("allreduce", "ring", family="ring", options=SEGMENTS,
           source="Patarasuk & Yuan 2009 (RAT's baseline)",
           cost=Cost("2 * (p - 1)", "2 * (p - 1) * n / p",
                     "2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ"))
@@ -161,7 +163,7 @@ def _forwarding_alltoall(call: Call, directions: dict[int, list[Piece]]) -> Prog
     return steps.program(scratch)
 
 
-@register("alltoall", "ring", family="ring", source="All-to-all (parallel pattern)",
+@register("alltoall", "ring", family="ring", source="All-to-all (parallel pattern)", options=(),
           cost=Cost("p - 1", "n * p * (p - 1) / 2", "(p-1)α + n·p(p-1)/2·β"))
 def plan_ring_alltoall(call: Call) -> Program:
     """Ring all-to-all, one direction: each rank sends all p-1 blocks to its right neighbour,
@@ -172,7 +174,8 @@ def plan_ring_alltoall(call: Call) -> Program:
     return _forwarding_alltoall(call, {1: [(0, call.counts[0])] * (call.p - 1)})
 
 
-@register("alltoall", "ring_bidirectional", family="ring", source="All-to-all (parallel pattern)",
+@register("alltoall", "ring_bidirectional", family="ring", options=(),
+          source="All-to-all (parallel pattern)",
           cost=Cost("p // 2", "n * (p * p // 4)", "⌊p/2⌋α + n·⌊p²/4⌋/2·β (both ways at once)"))
 def plan_ring_bidirectional_alltoall(call: Call) -> Program:
     """Ring all-to-all, half each way: blocks go the shorter way round; for even p the block

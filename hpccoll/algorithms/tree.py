@@ -12,20 +12,11 @@ the per-element time, gamma the per-element reduction time, k the chain's segmen
 
 from __future__ import annotations
 
-from ..registry import Cost, Option, register
+from ..registry import Cost, register, segment_option
 from ..schedule import (RECV, SCRATCH, Call, Program, ProgramBuilder, Reduce, Region, blocks,
                         even_split, one_rank, relabel, segment_count, segments, sequence, span)
 
 CHAIN_SEGMENT_BYTES = 256 << 10
-
-
-def segment_option(default: str) -> Option:
-    """The option ``segment_bytes`` (what :func:`hpccoll.schedule.segment_count` reads), with
-    ``default`` in words."""
-    return Option("segment_bytes", "a positive integer", default,
-                  "the bytes of a segment: messages are cut into segments of at most this",
-                  lambda value: isinstance(value, int) and not isinstance(value, bool)
-                  and value > 0)
 
 
 def _from_root(call: Call, program: Program) -> Program:
@@ -56,7 +47,7 @@ def _pieces(call: Call, buffer: str) -> list[Region]:
 
 # ------------------------------------------------------------------------------ broadcast
 
-@register("bcast", "binomial", family="tree", source="classic binomial tree",
+@register("bcast", "binomial", family="tree", options=(), source="classic binomial tree",
           cost=Cost("ceil(log2(p))", "n * ceil(log2(p))", "⌈log₂p⌉(α + nβ)"))
 def plan_binomial_bcast(call: Call) -> Program:
     """Binomial-tree broadcast: in round s every rank that has the data sends it all to the
@@ -104,7 +95,7 @@ def _gather(call: Call, pieces: list[Region]) -> Program:
     return plan.program()
 
 
-@register("bcast", "scatter_allgather", family="tree",
+@register("bcast", "scatter_allgather", family="tree", options=(),
           source="van de Geijn: scatter + ring allgather",
           cost=Cost("ceil(log2(p)) + p - 1", "2 * (p - 1) * n / p",
                     "(⌈log₂p⌉ + p-1)α + 2(p-1)/p·nβ"))
@@ -149,7 +140,7 @@ def plan_chain_bcast(call: Call) -> Program:
 
 # --------------------------------------------------------------------------------- reduce
 
-@register("reduce", "binomial", family="tree", source="classic binomial tree",
+@register("reduce", "binomial", family="tree", options=(), source="classic binomial tree",
           cost=Cost("ceil(log2(p))", "n * min(1, p - 1)", "⌈log₂p⌉(α + nβ + nγ)"))
 def plan_binomial_reduce(call: Call) -> Program:
     """Binomial-tree reduce, the mirror of the binomial broadcast: in round s a rank whose
@@ -174,7 +165,7 @@ def plan_binomial_reduce(call: Call) -> Program:
     return _from_root(call, plan.program(at + n if partial == acc else 0))
 
 
-@register("reduce", "reduce_scatter_gather", family="tree",
+@register("reduce", "reduce_scatter_gather", family="tree", options=(),
           source="Rabenseifner: ring reduce-scatter + binomial gather",
           cost=Cost("p - 1 + ceil(log2(p))",
                     "n / p * (p - 1 + max(2 ** (ceil(log2(p)) - 2), p - 2 ** (ceil(log2(p)) - 1)))"

@@ -29,7 +29,10 @@ formula against the verifier's counts.
 n is the collective's own block: the elements each rank contributes (allgather), receives
 (reduce_scatter), holds (allreduce, bcast, reduce) or sends to one peer (alltoall).  "Sent"
 is the elements the busiest rank sends.  α: per-message start-up, β: per-byte transfer,
-γ: per-byte reduction, μ: per-byte memory copy, s: a node synchronisation.
+γ: per-byte reduction, μ: per-byte memory copy, s: a node synchronisation.  "Options" are
+the planner options an algorithm declares (`options=` of a call); any other name, or a value
+outside an option's, is refused before any message.  The family pages give each option's
+values, default and meaning.
 """
 
 
@@ -58,14 +61,22 @@ def evaluate(formula: str, p: int, n: int) -> float:
 
 def table() -> str:
     rows = ["| collective | algorithm | family | rounds | sent per rank | time | constraints "
-            "| source |", "|---|---|---|---|---|---|---|---|"]
+            "| options | source |", "|---|---|---|---|---|---|---|---|---|"]
     for a in registry.algorithms():
         cost = a.cost or registry.Cost("-", "-", "-")
         constraints = "; ".join(c.description for c in a.requires) or "-"
         rows.append(f"| {a.collective} | [{a.name}]({a.family}.md) | {a.family} | "
                     f"`{cost.rounds}` | `{cost.sent}` | {cost.time} | {constraints} | "
-                    f"{a.source or '-'} |")
+                    f"{option_names(a)} | {a.source or '-'} |")
     return "\n".join(rows)
+
+
+def option_names(algorithm: registry.Algorithm) -> str:
+    """The options ``algorithm`` declares, by name ("none" when it takes none, "not declared"
+    when it does not say)."""
+    if algorithm.options is None:
+        return "not declared"
+    return ", ".join(f"`{o.name}`" for o in algorithm.options) or "none"
 
 
 def readme() -> str:
@@ -129,6 +140,11 @@ def family_page(family: str, pictures: dict[tuple[str, str], str]) -> str:
                       f"time {a.cost.time}", ""]
         if a.requires:
             lines += ["requires: " + "; ".join(c.description for c in a.requires), ""]
+        if a.options:
+            lines += ["options:", "", *(f"- `{o.name}` ({o.values}; default {o.default}): "
+                                        f"{o.meaning}" for o in a.options), ""]
+        else:
+            lines += [f"options: {option_names(a)}", ""]
         lines += ["```text", inspect.getdoc(a.planner) or "", "```", ""]
         picture = pictures.get((a.collective, a.name))
         if picture:

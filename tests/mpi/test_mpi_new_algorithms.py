@@ -2,8 +2,8 @@
 collectives at 5-8 ranks (test_mpi_collectives.py and test_mpi_rooted.py run every registered
 algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the
 ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
-(options).  The Bine butterflies run where p is even (the all-to-all where it is a power of
-two); Swing's torus form on 2x4 and 2x2x2 at 8 ranks; RAT, pipelined, on a topology of nodes
+(options).  The Bine butterflies run at every p (odd ones folding the last rank into its
+neighbour), the all-to-all where p is a power of two; Swing's torus form on 2x4 and 2x2x2 at 8 ranks; RAT, pipelined, on a topology of nodes
 and racks."""
 
 from __future__ import annotations

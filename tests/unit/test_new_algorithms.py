@@ -167,16 +167,41 @@ def test_bine_butterflies_pair_swing_peers_and_send_each_block_once(p):
             assert all(len(gathered(p, rank, s)) == 1 << s for s in range(len(sends) + 1))
 
 
-def test_bine_butterflies_declare_their_rank_counts():
-    for collective, fine, refused, why in [("allgather", 6, 7, "p is 1 or even"),
-                                           ("reduce_scatter", 10, 9, "p is 1 or even"),
-                                           ("allreduce", 2, 3, "p is 1 or even"),
-                                           ("alltoall", 8, 12, "p is a power of two")]:
+def test_bine_butterflies_serve_every_p_and_the_all_to_all_declares_powers_of_two():
+    for collective in ("allgather", "reduce_scatter", "allreduce"):
         algorithm = registry.get(collective, "bine")
-        assert algorithm.violated(uniform_call(collective, fine, 0, 4)) is None
-        assert algorithm.violated(uniform_call(collective, refused, 0, 4)) == why
-        with pytest.raises(ValueError, match="Bine"):
-            algorithm.planner(uniform_call(collective, refused, 0, 4))
+        for p in (1, 3, 5, 6, 7, 9, 17):
+            assert algorithm.violated(uniform_call(collective, p, 0, 4)) is None
+    alltoall = registry.get("alltoall", "bine")
+    assert alltoall.violated(uniform_call("alltoall", 8, 0, 4)) is None
+    assert alltoall.violated(uniform_call("alltoall", 12, 0, 4)) == "p is a power of two"
+    with pytest.raises(ValueError, match="Bine all-to-all needs p a power of two, got p=12"):
+        alltoall.planner(uniform_call("alltoall", 12, 0, 4))
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
+@pytest.mark.parametrize("p", [3, 7, 9, 33])
+def test_bine_butterflies_at_odd_p_fold_the_last_rank_into_its_neighbour(collective, p):
+    """The last rank talks only to rank p - 2, in the first and the last step; ranks 0..p-2
+    run the even butterfly between them (Swing peers mod p - 1) in the steps between."""
+    planner = registry.get(collective, "bine").planner
+    size, rounds = p - 1, (p - 2).bit_length()
+    halves = 2 if collective == "allreduce" else 1
+    programs = [planner(uniform_call(collective, p, rank, 3 * p)) for rank in range(p)]
+    assert {len(program.steps) for program in programs} == {halves * rounds + 2}
+    extra = programs[p - 1].steps
+    assert [s.peer for s in extra[0].sends] == [p - 2] and not extra[0].recvs
+    assert [r.peer for r in extra[-1].recvs] == [p - 2] and not extra[-1].sends
+    assert all(step.empty for step in extra[1:-1])
+    for rank, program in enumerate(programs[:-1]):
+        middle = program.steps[1:-1]
+        for k, step in enumerate(middle):
+            u = k if collective == "reduce_scatter" or k < rounds else 2 * rounds - 1 - k
+            if collective == "allgather":
+                u = rounds - 1 - k
+            assert {s.peer for s in step.sends} <= {swing_peer(rank, u, size)}
+        edge = program.steps[0].recvs + program.steps[-1].sends
+        assert [x.peer for x in edge] == ([p - 1, p - 1] if rank == p - 2 else [])
 
 
 def test_bine_allreduce_on_a_power_of_two_is_swings_with_one_region_messages():
