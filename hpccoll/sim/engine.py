@@ -23,9 +23,14 @@ INSTALL = ("hpccoll simulate needs the SimGrid simulator: in hpccoll's venv run 
            "`bash scripts/install-sim.sh` from hpccoll's source tree (about 10 minutes: it "
            "builds SimGrid 4.1; `pip install '.[sim]'` is then satisfied)")
 # the flow model that equals alpha-beta on free links and shares a link max-min fairly;
-# a message's rate is not limited by a TCP window (a GPU fabric has none)
+# a message's rate is not limited by a TCP window (a GPU fabric has none).  The sharing is
+# solved in full at every event (network/optim:Full): SimGrid's default lazy update left a
+# 5 GB/s uplink carrying 5.56 GB/s when 96 flows of mixed path latencies started at once on a
+# spine-leaf (perf/sim_link_check.py), and gave RAT 0.4-0.6% different times depending on how
+# the same routes were built
 CONFIG = ("--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-          "--cfg=network/TCP-gamma:1e18", "--log=root.thres:critical")
+          "--cfg=network/TCP-gamma:1e18", "--cfg=network/optim:Full",
+          "--log=root.thres:critical")
 
 
 class SimulatorMissing(ImportError):

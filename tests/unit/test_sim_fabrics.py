@@ -338,13 +338,16 @@ def test_xor_alltoall_on_a_spine_leaf_by_hand(simgrid):
 
 def test_planes_and_fat_tree_zone_give_the_times_of_explicit_routes(simgrid):
     """The spine-leaf's star of planes and SimGrid's fat-tree zone against a full table of
-    the same routes: equal times where flows share links (alltoall, allreduce)."""
+    the same routes: equal times where flows share links (alltoall, allreduce; RAT on the
+    spine-leaf differed by 0.6% under SimGrid's lazy sharing update, which left an uplink
+    overloaded: perf/sim_link_check.py)."""
     from dataclasses import replace
 
     from hpccoll.sim.platform import Network
     for spec, collective, names in (
             ("spineleaf:spines=2,leaves=4,hosts=4,uplink=20Gb/s", "alltoall",
              ["pairwise", "xor"]),
+            ("spineleaf:spines=2,leaves=4,hosts=4", "allreduce", ["rat"]),
             ("fattree:k=4", "allreduce", ["ring", "rat"])):
         zoned = build(spec)
         explicit = replace(zoned, network=Network())
@@ -400,18 +403,20 @@ def test_simulate_command_on_the_new_fabrics(simgrid):
             "for spec in ('torus:dims=4x4', 'mesh:dims=4x4', "
             "'dragonfly:groups=2,routers=2,hosts=4'):\n"
             "    assert main(['simulate', 'allreduce', '-a', 'ring,recursive_doubling', "
-            "'--platform', spec, '--bytes', '1M', '-o', 'segment_bytes=256K']) == 0\n")
+            "'--platform', spec, '--bytes', '1M']) == 0\n"
+            "assert main(['simulate', 'allreduce', '-a', 'ring', '--platform', 'torus:dims=4x4', "
+            "'--bytes', '1M', '-o', 'segment_bytes=256K']) == 0\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     headers = [l for l in done.stdout.splitlines() if l.startswith("# hpccoll simulate")]
-    assert len(headers) == 3 and all("16 ranks" in h and "segment_bytes=262144" in h
-                                     for h in headers)
+    assert len(headers) == 4 and all("16 ranks" in h for h in headers)
+    assert "segment_bytes=262144" in headers[3] and "segment_bytes" not in headers[0]
     rows = [l.split() for l in done.stdout.splitlines() if l and not l.startswith("#")]
-    assert [r[1] for r in rows] == ["ring", "recursive_doubling"] * 3
+    assert [r[1] for r in rows] == ["ring", "recursive_doubling"] * 3 + ["ring"]
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
     traffic = [l.split() for l in done.stdout.splitlines() if l.startswith("#    1048576 ")]
-    assert [t[2] for t in traffic] == ["ring", "recursive_doubling"] * 3
+    assert [t[2] for t in traffic] == ["ring", "recursive_doubling"] * 3 + ["ring"]
     # a 1 MiB ring allreduce sends 2 (p - 1) / p of the buffer per rank: 16 x 1.966 MB
     assert float(traffic[0][3]) == pytest.approx(16 * 2 * 15 / 16 * (1 << 20) / 1e6, rel=1e-3)
 
