@@ -10,20 +10,29 @@
    the cost model's H100 preset), an 8-GPU switch (H100 NVSwitch-like) and 2 and 4 such
    nodes, plus the attention step pattern with the paper's measured compute-to-communication
    ratios.
+4. The all-to-all topology study of "All-to-all (parallel pattern)" (docs/references.md [4]):
+   ring, ring_bidirectional, pairwise, xor, hypercube, bruck, the 2-D mesh's two phases and
+   direct on 2-D tori and meshes and on fat trees, blocks of 8 B to 1 MiB per peer, beside
+   the article's cost formulas (``alltoall-topology``: 64 ranks on the grids, 128 on a fat
+   tree; ``alltoall-topology-large``: 256 on the grids, 1,024 on a torus and a fat tree,
+   the log-round and mesh algorithms), and the traffic by level of each algorithm.
 
-Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp ...] (all by
-default; needs SimGrid: scripts/install-sim.sh).  Prints markdown.
+Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp|alltoall-topology|
+alltoall-topology-large ...] (the first three by default; needs SimGrid:
+scripts/install-sim.sh).  Prints markdown.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
 
+from hpccoll.sim.native import select
 from hpccoll.sim.platform import build
 from hpccoll.sim.replay import Pause
-from hpccoll.tools.simulate import simulate
+from hpccoll.tools.simulate import measured, simulate
 
 RESNET50 = 97 << 20
 MIB = 1 << 20
@@ -117,12 +126,123 @@ def tasp() -> str:
     return "\n".join(out)
 
 
+ALLTOALL = ["ring", "ring_bidirectional", "pairwise", "xor", "hypercube", "bruck", "mesh",
+            "direct"]
+
+
+def article_cost(name: str, p: int, m: float, ts: float, tw: float) -> float:
+    """The article's time of an all-to-all of m bytes per peer on p ranks, each message to a
+    neighbour with no contention (t_s a step's start-up, t_w seconds per byte): ring
+    (t_s + t_w m p / 2)(p - 1); 2-D mesh (2 t_s + t_w m p)(sqrt p - 1); hypercube
+    log p (t_s + t_w m p / 2); 1-factor (pairwise, xor) (p - 1)(t_s + t_w m).  Not in the
+    article, derived the same way: the bidirectional ring, half each way, ceil((p - 1) / 2)
+    steps and t_w m p^2 / 8 per direction; Bruck, as the hypercube (log p rounds of p / 2
+    blocks); direct, every block at once through the rank's one port: t_s + t_w m (p - 1)."""
+    log = math.log2(p)
+    return {"ring": (ts + tw * m * p / 2) * (p - 1),
+            "ring_bidirectional": math.ceil((p - 1) / 2) * ts + tw * m * p * p / 8,
+            "mesh": (2 * ts + tw * m * p) * (math.sqrt(p) - 1),
+            "hypercube": log * (ts + tw * m * p / 2), "bruck": log * (ts + tw * m * p / 2),
+            "pairwise": (p - 1) * (ts + tw * m), "xor": (p - 1) * (ts + tw * m),
+            "direct": ts + tw * m * (p - 1)}[name]
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
+
+
+ARTICLE = ["ring", "mesh", "hypercube", "pairwise"]       # the four the article analyses
+
+
+def alltoall_study(platforms: list[str], names: list[str], sizes: list[int]) -> str:
+    """Per platform: each block size's simulated time of every algorithm named (the fastest
+    in bold), what MPICH selects (``native:mpich``: the time of that algorithm, which its
+    replay equals, tests/unit/test_sim_native.py), the fastest simulated, the fastest simulated of the four the article analyses
+    (ring, 2-D mesh, hypercube, 1-factor = pairwise) and the fastest of those by its formulas
+    (:func:`article_cost`, t_s = step overhead + one hop's latency, t_w = 1 / link
+    bandwidth); then, at the largest size, each algorithm's traffic by level and busiest
+    link."""
+    out = []
+    four = [a for a in ARTICLE if a in names]
+    for spec in platforms:
+        target = build(spec)
+        p = target.ranks
+        began = time.perf_counter()
+        results, speed, loads = measured("alltoall", names, target, sizes, "float32")
+        wall = time.perf_counter() - began
+        ts = target.machine.step_overhead + min(l.latency for l in target.links)
+        tw = 1 / max(l.bandwidth for l in target.links)
+        out.append(f"#### `{spec}` ({p} ranks)\n")
+        out.append("| block / peer | " + " | ".join(names) + " | native:mpich | fastest | "
+                   "fastest of the article's four | article's fastest | article's time of it "
+                   "(us) |")
+        out.append("|---:|" + "---:|" * len(names) + "---|---|---|---|---:|")
+        for size in sizes:
+            row = {r.algorithm: r.time_us for r in results if r.bytes == size}
+            best = min(row, key=row.get)
+            best_four = min(four, key=row.get)
+            article = {a: article_cost(a, p, size, ts, tw) * 1e6 for a in four}
+            paper_best = min(article, key=article.get)
+            cells = [f"**{_fmt_us(row[a])}**" if a == best else _fmt_us(row[a])
+                     for a in names]
+            mpich = select("native:mpich", "alltoall", p, size, 4).algorithm
+            picked = f"{mpich}: {_fmt_us(row[mpich])}" if mpich in row else f"{mpich} (not run)"
+            out.append(f"| {size:,} B | " + " | ".join(cells) + f" | {picked} | {best} | "
+                       f"{best_four} | {paper_best} | {_fmt_us(article[paper_best])} |")
+        out.append(f"\n({speed['transfers']:,} transfers simulated in "
+                   f"{speed['simulation_s']:.0f} s, planning {speed['planning_s']:.0f} s, "
+                   f"{wall:.0f} s in all; times in us; t_s {ts * 1e6:g} us, "
+                   f"t_w 1 / {1 / tw / 1e9:g} GB/s)\n")
+        size = sizes[-1]
+        levels = list(loads[0].reach)
+        out.append(f"Traffic at {size:,} B per peer (MB; `links`: bytes x links crossed at "
+                   "that level; `reach`: bytes of the messages whose route climbs no higher; "
+                   "busiest / ideal: the busiest link's bytes over a rank's own (p - 1) "
+                   "blocks):\n")
+        out.append("| algorithm | sent | " + " | ".join(f"links {n}" for n in levels)
+                   + " | " + " | ".join(f"reach {n}" for n in levels)
+                   + " | busiest link | busiest / ideal |")
+        out.append("|---|---:|" + "---:|" * (2 * len(levels)) + "---:|---:|")
+        ideal = (p - 1) * size
+        for r, load in zip(results, loads):
+            if r.bytes != size:
+                continue
+            out.append(f"| {r.algorithm} | {load.total / 1e6:,.1f} | "
+                       + " | ".join(f"{load.link_bytes[n] / 1e6:,.1f}" for n in levels) + " | "
+                       + " | ".join(f"{load.reach[n] / 1e6:,.1f}" for n in levels)
+                       + f" | {load.busiest / 1e6:,.2f} | {load.busiest / ideal:.2f} |")
+        out.append("")
+        print(f"<!-- {spec} done in {wall:.0f} s -->", file=sys.stderr, flush=True)
+    return "\n".join(out)
+
+
+def alltoall_topology() -> str:
+    """64 ranks on the grids with direct, 128 on a fat tree without (16,256 flows at once
+    make each of SimGrid's sharing updates slow)."""
+    return "\n".join([
+        alltoall_study(["torus:dims=8x8", "mesh:dims=8x8"], ALLTOALL,
+                       [8, 1 << 10, 64 << 10, 1 << 20]),
+        alltoall_study(["fattree:k=8"], ALLTOALL[:-1], [8, 1 << 10, 64 << 10, 1 << 20])])
+
+
+def alltoall_topology_large() -> str:
+    """256 ranks on the grids and 1,024 on a torus and a fat tree, the algorithms of log p
+    or 2 sqrt(p) rounds only (hypercube, bruck, mesh): ring, pairwise, xor and direct are
+    p - 1 rounds of p transfers, 65 K (256 ranks) to 1 M (1,024) transfers a size, more than
+    this shared 2-core machine gave in the time."""
+    return alltoall_study(["torus:dims=16x16", "mesh:dims=16x16", "torus:dims=32x32",
+                           "fattree:k=16"], ["hypercube", "bruck", "mesh"],
+                          [8, 64 << 10, 1 << 20])
+
+
 STUDIES = {"rat-oversubscription": rat_oversubscription, "rat-failures": rat_failures,
-           "tasp": tasp}
+           "tasp": tasp, "alltoall-topology": alltoall_topology,
+           "alltoall-topology-large": alltoall_topology_large}
+DEFAULT = ["rat-oversubscription", "rat-failures", "tasp"]
 
 
 def main(names: list[str]) -> None:
-    for name in names or list(STUDIES):
+    for name in names or DEFAULT:
         began = time.time()
         print(f"### {name}\n\n{STUDIES[name]()}\n\n({time.time() - began:.0f} s)\n", flush=True)
 
