@@ -20,7 +20,7 @@ from mpi4py import MPI
 from . import settings
 from .collectives import Collective, on_add
 from .prepared import Prepared, nothing, prepare
-from .requests import NativeStarted, PersistentRequest, Request, Started
+from .requests import COMPLETED, NativeStarted, PersistentRequest, Request, Started
 from .runtime import native, scheduled
 from .runtime.executor import Operation
 from .runtime.native import NativeCall
@@ -33,7 +33,9 @@ class LastCall:
     each method of an :class:`hpccoll.Comm`.
 
     A repeat is the same communicator, op, root and algorithm (the same objects, or equal
-    ints and names), counts that the caller confirmed equal, no options, and NumPy arrays --
+    ints and names), counts equal to the validated ones (a list or tuple, compared by value
+    with a copy taken at validation, so a list changed in place is noticed; other counts
+    objects never repeat) or that the caller confirmed equal, no options, and NumPy arrays --
     any arrays: what the prepared call depends on is checked on the arrays at each call
     (dtype; size, C layout, writability and overlap, by the compiled executor itself where
     it runs), and their addresses are read anew, so a buffer freed and its memory reused, or
@@ -47,13 +49,13 @@ class LastCall:
     the shape they had, is NumPy's copy of one into the other (``alone``); any other array
     takes the path above."""
 
-    __slots__ = ("comm", "no_send", "op", "root", "algorithm", "prepared", "ctx", "calls",
-                 "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv", "alone",
-                 "sent", "received", "shape", "moves_nothing", "tag", "twin")
+    __slots__ = ("comm", "no_send", "op", "root", "counts", "algorithm", "prepared", "ctx",
+                 "calls", "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv",
+                 "alone", "sent", "received", "shape", "moves_nothing", "tag", "twin")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
-                 algorithm: str, send: Any, recv: Any):
-        self.comm, self.op, self.root = comm, op, root
+                 algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None):
+        self.comm, self.op, self.root, self.counts = comm, op, root, counts
         self.no_send = sendbuf if send is None else nothing    # IN_PLACE, or None (one buffer)
         self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
         self.runner: Runner | None = None   # the last run's binding on the compiled executor
@@ -77,14 +79,16 @@ class LastCall:
     def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
            counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
         """The last call to remember for this one, if it can repeat (NumPy arrays on the
-        host, no counts or options, not in check mode)."""
-        if counts is not None or options is not None or not isinstance(comm, MPI.Comm) or \
+        host, counts None or a list or tuple, no options, not in check mode)."""
+        if type(counts) not in _COUNTS_TYPES or options is not None or \
+                not isinstance(comm, MPI.Comm) or \
                 not (send is None or type(sendbuf) is np.ndarray) or \
                 not (prepared.ignores_recv or type(recvbuf) is np.ndarray) or \
                 prepared.on_device or settings.current.check or \
                 settings.current.stall is not None:
             return None
-        return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv)
+        return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv,
+                        None if counts is None else type(counts)(counts))
 
     def repeat(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the call again on ``send`` (None: in place, or none) and ``recv`` (ignored
@@ -94,10 +98,7 @@ class LastCall:
             return False
         if self.ignores_recv:
             recv = send[:0]
-        elif self.alone and send is self.sent() and recv is self.received() and \
-                recv.shape == self.shape and (send is None or send.shape == self.shape):
-            if send is not None:
-                recv[...] = send
+        elif self.alone and self.copy_alone(send, recv):
             return True
         if self.moves_nothing:
             return recv.size == 0 and (send is None or send.size == 0)
@@ -125,18 +126,19 @@ class LastCall:
         if self.compiled is not None:
             if self.twin is None:           # (a state of its own: a blocking repeat may come)
                 self.twin = self.compiled.twin()
-            if not self.twin.busy:
-                started = NativeStarted.begin(self.twin, send,
-                                              send[:0] if self.ignores_recv else recv)
-                if started is not None:
-                    ctx.next_slot()         # (drawn on every start, as every rank draws it)
-                    return started
-        elif runner is not None and runner.binding.runner is runner and \
-                not runner.binding.busy:
-            slot = ctx.upcoming_slot()
-            started = Started.begin(runner, recv if send is None else send,
-                                    runner.recv if self.ignores_recv else recv,
-                                    prepared.tag(slot), prepared.reduce, (send, recv), ctx)
+            started = NativeStarted(self.twin).post(send, send[:0] if self.ignores_recv
+                                                    else recv)
+            if started is not None:
+                ctx.next_slot()             # (drawn on every start, as every rank draws it)
+                return started
+        elif self.alone and self.copy_alone(send, recv):
+            ctx.next_slot()
+            return COMPLETED
+        elif runner is not None:
+            started = Started(runner, prepared.tag(ctx.upcoming_slot()), prepared.reduce,
+                              (send, recv), ctx).post(recv if send is None else send,
+                                                      runner.recv if self.ignores_recv
+                                                      else recv)
             if started is not None:
                 ctx.next_slot()
                 return started
@@ -147,6 +149,17 @@ class LastCall:
         operation = prepared.start(send, recv, ctx.next_slot())
         self.runner = getattr(operation, "runner", None)
         return operation
+
+    def copy_alone(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
+        """One rank's repeat on the very arrays validated, of the shapes they had: done
+        (NumPy's copy of ``send`` into ``recv``, if not in place); False (nothing done) if
+        the arrays are others."""
+        if send is self.sent() and recv is self.received() and recv.shape == self.shape and \
+                (send is None or send.shape == self.shape):
+            if send is not None:
+                recv[...] = send
+            return True
+        return False
 
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
@@ -183,6 +196,7 @@ class LastCall:
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _NDARRAY = np.ndarray                       # (read on every call)
+_COUNTS_TYPES = (type(None), list, tuple)    # counts a repeat compares by value
 _NOT_AGAIN = (nothing, nothing)
 
 
@@ -192,7 +206,8 @@ def _again(last: LastCall | None, comm: Any, sendbuf: Any, recvbuf: Any, counts:
     call may be ``last`` again (the arrays still to be checked there), :data:`_NOT_AGAIN`
     if not."""
     if last is None or comm is not last.comm or op is not last.op or \
-            algorithm != last.algorithm or root != last.root or counts is not None or \
+            algorithm != last.algorithm or root != last.root or counts is not last.counts and \
+            (type(counts) is not type(last.counts) or counts != last.counts) or \
             options is not None:
         return _NOT_AGAIN
     if last.send_n is None:

@@ -69,8 +69,15 @@ class PersistentRequest(Request):
         self._slot = prepared.ctx.next_slot()
         self._tag = prepared.tag(self._slot)
         self._freed = False
-        self._runner: Runner | None = None      # the compiled executor's, once it ran there
-        self._native = None if prepared.compiled is None else prepared.compiled.twin()
+        # a start on the compiled executor: the run object posted again at every start
+        # (:meth:`Started.post`, :meth:`NativeStarted.post`), once a run has been there
+        self._started: Started | NativeStarted | None = None
+        self._copy = None       # one rank, a scheduled algorithm: (recv, send) flat views
+        if prepared.local_copy and sendbuf is not None:
+            self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
+        self._arrays = (sendbuf, sendbuf[:0] if prepared.ignores_recv else recvbuf)
+        if prepared.compiled is not None:
+            self._started = NativeStarted(prepared.compiled.twin())
 
     @property
     def active(self) -> bool:
@@ -84,22 +91,25 @@ class PersistentRequest(Request):
                                "(wait() or test() first)")
         prepared = self._prepared
         if _plain and prepared.ctx.revoked is None:
-            runner, native = self._runner, self._native
-            if native is not None:
-                started = NativeStarted.begin(native, self._send, self._send[:0]
-                                              if prepared.ignores_recv else self._recv)
-                if started is not None:
-                    self._operation = started
+            started = self._started
+            if started is not None:
+                operation = started.post(*self._arrays)
+                if operation is not None:
+                    self._operation = operation
                     return
-            elif runner is not None and runner.binding.runner is runner and \
-                    not runner.binding.busy:
-                self._operation = Started.begin(runner, runner.send, runner.recv, self._tag,
-                                                prepared.reduce, (self._send, self._recv),
-                                                prepared.ctx)
+            elif prepared.local_copy:
+                if self._copy is not None:
+                    self._copy[0][...] = self._copy[1]
+                self._operation = COMPLETED
                 return
-        self._operation = operation = self._prepared.start(self._send, self._recv, self._slot)
-        if isinstance(operation, Operation) and not self._prepared.on_device:
-            self._runner = operation.runner     # scheduled, on the user's host arrays
+        self._operation = operation = prepared.start(self._send, self._recv, self._slot)
+        if isinstance(operation, Operation) and not prepared.on_device:
+            # scheduled, on the user's host arrays: later starts post on its binding
+            runner = operation.runner
+            if runner is not None:
+                self._started = Started(runner, self._tag, prepared.reduce,
+                                        (self._send, self._recv), prepared.ctx)
+                self._arrays = (runner.send, runner.recv)
 
     def test(self) -> bool:
         return self._operation is None or self._operation.test()
@@ -113,7 +123,7 @@ class PersistentRequest(Request):
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
-            self._runner = self._native = None
+            self._started = self._copy = None
 
 
 class NativeOperation:
@@ -156,36 +166,40 @@ class NativeOperation:
 
 
 class Started:
-    """A run that a runner's function posted outside an operation (:meth:`begin`):
-    ``wait()`` calls the function directly, and is done if the run completes cleanly;
-    anything else (a ``test()``, a notice, a failure) continues the run in an
+    """Runs of a runner's function posted outside an operation (:meth:`post`; a
+    persistent request posts the same object again at every start): ``wait()`` calls the
+    function directly, and is done if the run completes cleanly; anything else (a
+    ``test()``, a notice, a failure) continues the run in an
     :class:`~hpccoll.runtime.executor.Operation`, which completes it or raises as on any
     run.  ``memory``: the user's arrays, held meanwhile."""
 
     __slots__ = ("runner", "tag", "reduce", "memory", "guard", "operation", "finished")
 
     def __init__(self, runner: Runner, tag: int, reduce: Any, memory: tuple, guard: Guard):
+        """Runs of ``runner`` tagged from ``tag``."""
         self.runner, self.tag, self.reduce, self.memory, self.guard = \
             runner, tag, reduce, memory, guard
         self.operation: Operation | None = None
-        self.finished = False
-        runner.binding.busy = True
+        self.finished = True
 
-    @classmethod
-    def begin(cls, runner: Runner, send: Any, recv: Any, tag: int, reduce: Any,
-              memory: tuple, guard: Guard) -> Any:
-        """Run ``runner`` on ``send``/``recv`` (its bound arrays, or like them), tagged from
-        ``tag``, until its first step is posted: the run (this, or an operation, or
-        :data:`COMPLETED` if it has no message to wait for), or None (nothing sent) if the
-        arrays are not the ones it is bound to."""
-        code = runner.function(send, recv, runner.state, runner.handles, 0, tag)
+    def post(self, send: Any, recv: Any) -> Any:
+        """Run on ``send``/``recv`` (the runner's bound arrays, or like them) until the first
+        step is posted: the run (this, an operation, or :data:`COMPLETED` if it has no
+        message to wait for), or None (nothing sent) if the runner no longer serves its
+        binding, is busy, or the arrays are not the ones it is bound to."""
+        runner = self.runner
+        binding = runner.binding
+        if binding.runner is not runner or binding.busy:
+            return None
+        code = runner.function(send, recv, runner.state, runner.handles, 0, self.tag)
         if code == PENDING:
-            return cls(runner, tag, reduce, memory, guard)
+            self.operation, self.finished, binding.busy = None, False, True
+            return self
         if code == DONE:
             return COMPLETED
         if code == MISMATCH:
             return None
-        return Operation.resume(runner, code, reduce, memory, guard, tag)
+        return Operation.resume(runner, code, self.reduce, self.memory, self.guard, self.tag)
 
     @property
     def done(self) -> bool:
@@ -206,7 +220,8 @@ class Started:
             code = runner.function(runner.send, runner.recv, runner.state, runner.handles,
                                    runner.polls, self.tag)
             if code == DONE:
-                self.finished, runner.binding.busy, self.memory = True, False, ()
+                self.finished = True
+                runner.binding.busy = False
                 return
             self._continue(code)
         self.operation.wait()
@@ -219,24 +234,27 @@ class Started:
 
 class NativeStarted:
     """The library's own collective that a compiled :class:`~.runtime.native.NativeCall`
-    posted (:meth:`begin`): ``wait()`` and ``test()`` poll it in compiled code; one not
-    complete within the polls goes on under its deadline as every wait does
-    (:meth:`~.runtime.native.NativeCall.finish`).  The arrays are held meanwhile."""
+    posts (:meth:`post`; a persistent request posts the same object again at every start):
+    ``wait()`` and ``test()`` poll it in compiled code; one not complete within the polls
+    goes on under its deadline as every wait does (:meth:`~.runtime.native.NativeCall.finish`).
+    The arrays are held until it completes."""
 
     __slots__ = ("call", "send", "recv", "done")
 
-    def __init__(self, call: Any, send: Any, recv: Any):
-        self.call, self.send, self.recv, self.done = call, send, recv, False
-        call.busy = True
+    def __init__(self, call: Any):
+        self.call, self.send, self.recv, self.done = call, None, None, True
 
-    @classmethod
-    def begin(cls, call: Any, send: Any, recv: Any) -> Any:
-        """Post ``call`` on ``send`` (None: in place, or none) and ``recv``: the request
-        (this, or :data:`COMPLETED`), or None (nothing sent) if the arrays are not as
-        validated."""
+    def post(self, send: Any, recv: Any) -> Any:
+        """Post the call on ``send`` (None: in place, or none) and ``recv``: the request
+        (this, or :data:`COMPLETED`), or None (nothing sent) if the call is in flight
+        already or the arrays are not as validated."""
+        call = self.call
+        if call.busy:
+            return None
         code = call.start(recv if send is None else send, recv, call.state, call.handles, 0)
         if code == native.PENDING:
-            return cls(call, send, recv)
+            self.send, self.recv, self.done, call.busy = send, recv, False, True
+            return self
         if code == native.MISMATCH:
             return None
         call.finish(code, send, recv)       # (the start failed: raises)

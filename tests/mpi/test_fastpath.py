@@ -234,6 +234,56 @@ def test_rooted_repeats(mpi_ranks, comm, monkeypatch):
                     assert api._last_calls["reduce"].prepared.compiled is not None
 
 
+@pytest.mark.mpi(ranks=[3], timeout=300)
+def test_repeats_with_counts_compare_them_by_value(mpi_ranks, comm, monkeypatch):
+    """allgather and reduce_scatter with uneven recvcounts (native and a scheduled
+    algorithm), blocking and non-blocking: the same list again, a new list of the same
+    numbers, the same tuple again repeat without validation; a first tuple, the list changed
+    in place (with arrays of the new sizes) and NumPy-array counts (every call) are validated;
+    every result NumPy's."""
+    import hpccoll
+    from hpccoll import api
+    p, r = comm.size, comm.rank
+    seed = iter(range(10_000))
+    for collective in ("allgather", "reduce_scatter"):
+        for algorithm in ("native", "ring"):
+            for form in ("blocking", "nonblocking"):
+                counts = [2 * k + 1 for k in range(p)]
+                validated = []
+                prepare = api.prepare
+                monkeypatch.setattr(api, "prepare",
+                                    lambda *a, **k: validated.append(1) or prepare(*a, **k))
+                steps = [(counts, 1), (counts, 0), (list(counts), 0), (tuple(counts), 1),
+                         (tuple(counts), 0), ("grown", 1), (counts, 0),
+                         (np.array(counts), 1), (np.array(counts), 1)]
+                for given, validations in steps:
+                    if isinstance(given, str):
+                        counts[0] += 2          # in place: the same list object
+                        given = counts
+                    sizes = list(given)
+                    if collective == "allgather":
+                        xs = inputs(p, max(sizes), "int32", next(seed))
+                        xs = [x[:n] for x, n in zip(xs, sizes)]
+                        send, want = xs[r].copy(), np.concatenate(xs)
+                    else:
+                        xs = inputs(p, sum(sizes), "int32", next(seed))
+                        send = xs[r].copy()
+                        start = sum(sizes[:r])
+                        want = np.sum(xs, axis=0, dtype=np.int32)[start:start + sizes[r]]
+                    recv = np.full(want.size, -1, np.int32)
+                    before = len(validated)
+                    if form == "blocking":
+                        getattr(hpccoll, collective)(comm, send, recv, recvcounts=given,
+                                                     algorithm=algorithm)
+                    else:
+                        getattr(hpccoll, "i" + collective)(comm, send, recv, recvcounts=given,
+                                                           algorithm=algorithm).wait()
+                    assert np.array_equal(recv, want), (collective, algorithm, form, given)
+                    assert len(validated) - before == validations, \
+                        (collective, algorithm, form, given, validations)
+                monkeypatch.setattr(api, "prepare", prepare)
+
+
 @pytest.mark.mpi(ranks=[1], timeout=300)
 def test_one_rank_starts_are_copies_whatever_the_shapes(mpi_ranks, comm):
     """On one rank a scheduled algorithm's non-blocking and persistent starts copy the send
@@ -523,7 +573,6 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     polling test(), with uneven counts where the collective takes them: each run's result
     equal to NumPy's, and start() while active raising as on MPI's persistent requests."""
     import hpccoll
-    from hpccoll.requests import NativeStarted
     from hpccoll.runtime import libmpi
     from mpi4py import MPI
     p, r = comm.size, comm.rank
@@ -569,8 +618,7 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
                     else:
                         want = reduced(collective, xs, r, "sum", counts)
                     assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
-                fast = isinstance(request._operation, NativeStarted) if algorithm == "native" \
-                    else request._runner is not None
+                fast = request._operation is request._started   # posted on the compiled one
                 assert libmpi.available() <= fast, (collective, algorithm)
                 request.free()
     comm.Barrier()
@@ -698,7 +746,7 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
             assert np.array_equal(recv, expected(collective, xs, r, "sum")), \
                 (collective, algorithm, dtype, run, "persistent")
         last = api._last_calls[collective]
-        assert last.runner is None and last.compiled is None and request._runner is None
+        assert last.runner is None and last.compiled is None and request._started is None
         request.free()
 
     for collective, algorithm in (("allreduce", "ring"), ("alltoall", "bruck")):
