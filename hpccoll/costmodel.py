@@ -137,15 +137,22 @@ def predict(call: Call, name: str, machine: Machine | None = None) -> float:
     return program_time(programs, call.itemsize, machine, node)
 
 
+TIE = 1e-9      # predicted times this close (relative) are a tie: float noise, not a win
+
+
 def best(call: Call, machine: Machine | None = None) -> tuple[str, float]:
     """The applicable registered algorithm with the lowest predicted time for ``call``
-    (among those registered for ``auto``)."""
+    (among those registered for ``auto``); on a tie (within :data:`TIE`) the one registered
+    first, so that the newer families (registered last) win only where they are faster."""
     candidates = [a.name for a in registry.algorithms(call.collective)
                   if a.auto and a.violated(call) is None]
-    timed = [(predict(call, name, machine), order, name)      # ties: registration order
-             for order, name in enumerate(candidates)]
-    time, _, name = min(timed)
-    return name, time
+    if not candidates:
+        raise ValueError(f"no algorithm auto may pick serves {call.collective} on {call.p} ranks"
+                         + (f" with options {dict(call.options)} (each algorithm refuses the "
+                            f"options it does not declare)" if call.options else ""))
+    timed = [(predict(call, name, machine), name) for name in candidates]
+    fastest = min(time for time, _ in timed)
+    return next((name, time) for time, name in timed if time <= fastest * (1 + TIE))
 
 
 def stand_in(collective: str, p: int, nbytes: int, itemsize: int = 4, topology=None) -> Call:

@@ -107,7 +107,7 @@ def _edges(call: Call) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     return (None if up is None else (up[0] % p, up[1])), sorted(children, key=lambda e: e[1])
 
 
-@register("bcast", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+@register("bcast", "bine", family="bine", source=_SOURCE, options=(),
           cost=Cost("ceil(log2(p))", "n * ceil(log2(p))", "⌈log₂p⌉(α + nβ)"))
 def plan_bine_bcast(call: Call) -> Program:
     """Bine-tree broadcast: a binomial tree on negabinary numbers; a node passes the data
@@ -126,7 +126,7 @@ def plan_bine_bcast(call: Call) -> Program:
     return _from_root(call, plan.program())
 
 
-@register("reduce", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+@register("reduce", "bine", family="bine", source=_SOURCE, options=(),
           cost=Cost("ceil(log2(p))", "n * min(1, p - 1)", "⌈log₂p⌉(α + nβ + nγ)"))
 def plan_bine_reduce(call: Call) -> Program:
     """Bine-tree reduce, the mirror of the Bine broadcast: the same tree from the leaves
@@ -262,7 +262,7 @@ def _allgather(p: int, rank: int, result: list[Region], steps: ProgramBuilder,
         steps[first + k].recv(swing_peer(rank, u, p), *_regions(result, sends[u], result))
 
 
-@register("reduce_scatter", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+@register("reduce_scatter", "bine", family="bine", source=_SOURCE, options=(),
           cost=Cost(_ROUNDS, "n * (p - 1)",
                     "⌈log₂p⌉α + (p-1)n(β + γ); p odd: ⌈log₂(p-1)⌉ + 2 rounds"))
 def plan_bine_reduce_scatter(call: Call) -> Program:
@@ -307,7 +307,7 @@ def plan_bine_reduce_scatter(call: Call) -> Program:
     return steps.program(max(scratch, end))
 
 
-@register("allgather", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+@register("allgather", "bine", family="bine", source=_SOURCE, options=(),
           cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLD} * n * (p - 2 + ceil(log2({_PE})))",
                     "⌈log₂p⌉α + (p-1)nβ; p odd: ⌈log₂(p-1)⌉ + 2 rounds, rank p-2 sends "
                     "(2p - 3 + ⌈log₂(p-1)⌉)n"))
@@ -340,7 +340,7 @@ def plan_bine_allgather(call: Call) -> Program:
     return allgather_from_input(call, steps.program())
 
 
-@register("allreduce", "bine", family="bine", source=_SOURCE, auto=False, options=(),
+@register("allreduce", "bine", family="bine", source=_SOURCE, options=(),
           cost=Cost(f"2 * ceil(log2({_PE})) + 2 * {_FOLD}",
                     f"2 * n * ({_PE} - 1) / {_PE} + {_FOLD} * n",
                     "2⌈log₂p⌉α + 2(p-1)/p·nβ + (p-1)/p·nγ; p odd: p-1 ranks' butterfly "
@@ -393,7 +393,7 @@ def gathered(size: int, rank: int, steps: int) -> tuple[int, ...]:
 
 
 @register("alltoall", "bine", family="bine", source=_SOURCE, requires=(POWER_OF_TWO,),
-          auto=False, options=(), cost=HYPERCUBE_ALLTOALL_COST)
+          options=(), cost=HYPERCUBE_ALLTOALL_COST)
 def plan_bine_alltoall(call: Call) -> Program:
     """Bine all-to-all: a butterfly over Swing's peers; in step s each rank sends its peer
     r +/- rho(s) (nearest first), in one message, every block it holds bound for the ranks

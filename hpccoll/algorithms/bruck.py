@@ -175,7 +175,7 @@ def bruck_allgather_rounds(p: int) -> list[OffsetRound]:
     return [(1 << k, tuple(range(1 << k, min(2 << k, p)))) for k in range((p - 1).bit_length())]
 
 
-@register("allgather", "bruck", family="bruck", source="Bruck et al. 1997", auto=False,
+@register("allgather", "bruck", family="bruck", source="Bruck et al. 1997",
           options=(),
           cost=Cost("ceil(log2(p))", "(p - 1) * n", "⌈log2 p⌉α + (p-1)nβ"))
 def plan_bruck_allgather(call: Call) -> Program:

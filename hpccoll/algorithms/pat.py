@@ -69,7 +69,7 @@ def pat_rounds(p: int, blocks: int) -> list[OffsetRound]:
 _TIME = "⌈log2 p⌉α + (p-1)nβ{} while p/2 blocks fit buffer_bytes; else log2 A + P/A - 1 rounds"
 
 
-@register("allgather", "pat", family="pat", options=(BUFFER,), auto=False,
+@register("allgather", "pat", family="pat", options=(BUFFER,),
           source="NCCL 2.23 PAT (Parallel Aggregated Trees)",
           cost=Cost("ceil(log2(p))", "(p - 1) * n", _TIME.format("")))
 def plan_pat_allgather(call: Call) -> Program:
@@ -85,7 +85,7 @@ def plan_pat_allgather(call: Call) -> Program:
     return offset_allgather(call, pat_rounds(call.p, aggregation(call)))
 
 
-@register("reduce_scatter", "pat", family="pat", options=(BUFFER,), auto=False,
+@register("reduce_scatter", "pat", family="pat", options=(BUFFER,),
           source="NCCL 2.23 PAT (Parallel Aggregated Trees)",
           cost=Cost("ceil(log2(p))", "(p - 1) * n", _TIME.format(" + (p-1)nγ")))
 def plan_pat_reduce_scatter(call: Call) -> Program:

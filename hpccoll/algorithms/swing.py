@@ -204,7 +204,7 @@ def _torus_allreduce(call: Call, dims: tuple[int, ...]) -> Program:
 
 
 @register("allreduce", "swing", family="swing", source=_SOURCE, cost=RABENSEIFNER_COST,
-          requires=(ON_TORUS,), options=(DIMS,), auto=False)
+          requires=(ON_TORUS,), options=(DIMS,))
 def plan_swing_allreduce(call: Call) -> Program:
     """Swing allreduce, bandwidth-optimal: a Swing reduce-scatter of p' blocks (each step
     hands the peer the half of the current blocks it keeps), then the Swing allgather of the
@@ -224,7 +224,7 @@ def plan_swing_allreduce(call: Call) -> Program:
 
 
 @register("allreduce", "swing_latency", family="swing", source=_SOURCE,
-          cost=DOUBLING_ALLREDUCE_COST, auto=False, options=())
+          cost=DOUBLING_ALLREDUCE_COST, options=())
 def plan_swing_latency_allreduce(call: Call) -> Program:
     """Swing allreduce, latency-optimal: in step s each rank swaps its whole partial vector
     with its Swing peer r +/- rho(s) and reduces.
@@ -245,7 +245,7 @@ def _blocks_of(fold: _Fold, blocks: list[Region], nodes: tuple[int, ...]) -> tup
 @register("reduce_scatter", "swing", family="swing", source=_SOURCE,
           cost=Cost(_ROUNDS, f"n * (p - 1 + {_FOLDED})",
                     "⌊log2 p⌋α + (p-1)n(β + γ); p ≠ 2^k: +2α + pn(β + γ) + nβ"),
-          auto=False, options=())
+          options=())
 def plan_swing_reduce_scatter(call: Call) -> Program:
     """Swing reduce-scatter: in step s each rank sends its Swing peer r +/- rho(s) the
     partial sums of the blocks the peer reaches by the remaining steps and reduces those it
@@ -297,7 +297,7 @@ def plan_swing_reduce_scatter(call: Call) -> Program:
           # a pair survivor is the busiest: its sets' blocks (the pairs' twice), then all but one
           cost=Cost(_ROUNDS, f"n * (p - 1) + {_FOLDED} * n * ({_P} - 1 + swing_pairs(p))",
                     "⌊log2 p⌋α + (p-1)nβ; p ≠ 2^k: +2α + pnβ and more on the pairs"),
-          auto=False, options=())
+          options=())
 def plan_swing_allgather(call: Call) -> Program:
     """Swing allgather, the reduce-scatter's mirror: in step s (last to first) each rank
     sends its Swing peer everything it has gathered, the blocks of the ranks it reaches by

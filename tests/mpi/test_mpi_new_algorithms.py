@@ -137,6 +137,9 @@ def test_allreduce_matches_native(mpi_ranks, comm):
     # before any message (the receive buffer stays as it was)
     for name, options, words in [("rat", {"segment_bytes": -4}, "option segment_bytes is a "),
                                  ("bine", {"radix": 2}, "only its options"),
+                                 ("ring", {"segment": 64}, "only its options"),
+                                 ("multiring", {"decomposition": "ring"},
+                                  "option decomposition is "),
                                  ("swing", {"dims": "3x3"}, "option dims is ")]:
         got = np.full(8, 7.0)
         with pytest.raises(ValueError, match=f"algorithm '{name}' .*requires {words}"):

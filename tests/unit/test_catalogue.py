@@ -39,6 +39,17 @@ def test_cost_formulas_match_the_verifier(algorithm):
     assert checked
 
 
+def test_every_algorithm_declares_its_options_and_its_page_lists_them():
+    for a in ALGORITHMS:
+        assert a.options is not None, f"{a.collective}/{a.name} declares no options"
+        page = (ROOT / "algorithms" / f"{a.family}.md").read_text()
+        section = page.split(f"## {a.collective} / `{a.name}`", 1)[1].split("\n## ", 1)[0]
+        if not a.options:
+            assert "options: none" in section
+        for o in a.options:
+            assert f"- `{o.name}` ({o.values}; default {o.default}): {o.meaning}" in section
+
+
 def test_schedule_pictures(tmp_path):
     path = tmp_path / "ring.png"
     catalogue.draw("allgather", "ring", 4, path)

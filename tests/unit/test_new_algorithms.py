@@ -1,19 +1,22 @@
 """Swing, Bine trees and butterflies, PAT and Bruck's allgather: the verifier's sweep past
 test_verify's (every p to 64; p = 1,024 for the latency-bound ones), their peers and trees as
-the papers define them, PAT's message and buffer bounds, and auto never picking them."""
+the papers define them, PAT's message and buffer bounds, and auto picking them where the cost
+model predicts them faster (older algorithms keep ties; tuning tables still come first)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
 import pytest
 
-from hpccoll import costmodel, registry, verify
+from hpccoll import costmodel, registry, tuning, verify
 from hpccoll.algorithms.bine import bine_tree, butterfly_sets, gathered, negabinary
 from hpccoll.algorithms.pat import pat_rounds
 from hpccoll.algorithms.swing import reached, rho, swing_peer, swing_position
 from hpccoll.collectives import uniform_call
+from hpccoll.topology import from_spec
 
 NEW = [("allgather", "bruck"), ("allgather", "pat"), ("reduce_scatter", "pat"),
        ("allreduce", "swing"), ("allreduce", "swing_latency"), ("reduce_scatter", "swing"),
@@ -36,14 +39,76 @@ def test_verified_at_1024_ranks(collective, name):
     assert verify.check_algorithm(collective, name, 1024, counts=(1, 1), uneven=False)
 
 
-def test_new_algorithms_are_registered_but_not_for_auto():
-    for collective, name in NEW:
-        assert not registry.get(collective, name).auto
+def test_on_one_node_auto_keeps_the_older_algorithms():
+    """On one node (shared memory) the cost model finds none of the new ones faster: their
+    gains are in where the bytes go between nodes."""
     for collective in ("allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "alltoall"):
         for p in (3, 8):
             for n in (1, 4096):
                 picked, _ = costmodel.best(uniform_call(collective, p, 0, n))
                 assert (collective, picked) not in NEW
+
+
+# (collective, p, topology, bytes, what auto picks, the fastest older algorithm there)
+AUTO_WINS = [
+    ("allreduce", 24, "nodes=12,ppn=2", 1 << 16, "bine", "rabenseifner"),   # no fold at p=24
+    ("allreduce", 12, "nodes=12,ppn=1", 1 << 20, "bine", "direct"),
+    ("reduce_scatter", 12, "nodes=12,ppn=1", 1024, "pat", "recursive_halving"),
+    ("reduce_scatter", 8, "nodes=4,ppn=2", 8, "swing", "recursive_halving"),
+    ("allgather", 12, "nodes=6,ppn=2", 8, "bine", "recursive_doubling"),
+]
+
+
+@pytest.mark.parametrize("collective,p,topology,nbytes,picked,older", AUTO_WINS,
+                         ids=[f"{c}-{p}-{t}-{b}" for c, p, t, b, _, _ in AUTO_WINS])
+def test_auto_picks_a_new_algorithm_where_the_cost_model_predicts_it_faster(
+        collective, p, topology, nbytes, picked, older, monkeypatch):
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", "none")          # the cost model decides
+    call = costmodel.stand_in(collective, p, nbytes, topology=from_spec(topology, p))
+    name, time = costmodel.best(call)
+    assert name == picked
+    older_times = {a.name: costmodel.predict(call, a.name)
+                   for a in registry.algorithms(collective)
+                   if a.auto and (collective, a.name) not in NEW and a.violated(call) is None}
+    assert min(older_times, key=older_times.get) == older
+    assert time < older_times[older] * (1 - costmodel.TIE)
+    decision = tuning.decide(call, nbytes)
+    assert (decision.algorithm, decision.source) == (picked, "cost model")
+
+
+@pytest.mark.parametrize("collective,p,topology,nbytes,older,new", [
+    ("bcast", 8, None, 8, "binomial", "bine"),
+    ("allreduce", 8, None, 8, "recursive_doubling", "swing_latency"),
+    ("allreduce", 16, "nodes=16,ppn=1", 1 << 20, "rabenseifner", "bine"),
+])
+def test_on_a_tie_auto_keeps_the_older_algorithm(collective, p, topology, nbytes, older, new):
+    call = costmodel.stand_in(collective, p, nbytes,
+                              topology=from_spec(topology, p) if topology else None)
+    assert costmodel.predict(call, new) == pytest.approx(costmodel.predict(call, older),
+                                                         rel=costmodel.TIE)
+    assert costmodel.best(call)[0] == older
+
+
+def test_auto_with_options_no_algorithm_takes_is_a_clear_error():
+    call = uniform_call("allreduce", 4, 0, 8, options=(("radx", 3),))
+    with pytest.raises(ValueError, match=r"no algorithm auto may pick serves allreduce on 4 "
+                                         r"ranks with options \{'radx': 3\}"):
+        costmodel.best(call)
+    picked, _ = costmodel.best(replace(call, options=(("segment_bytes", 64),)))
+    assert registry.get("allreduce", picked).violated(
+        replace(call, options=(("segment_bytes", 64),))) is None
+
+
+def test_a_tuning_table_still_decides_before_the_cost_model(tmp_path, monkeypatch):
+    table = {"format": tuning.FORMAT, "collectives": {"allreduce": [
+        {"ranks": [24, 24], "rules": [{"max_bytes": None, "algorithm": "rabenseifner"}]}]}}
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", str(path))
+    call = costmodel.stand_in("allreduce", 24, 1 << 16, topology=from_spec("nodes=12,ppn=2", 24))
+    assert costmodel.best(call)[0] == "bine"
+    decision = tuning.decide(call, 1 << 16)
+    assert (decision.algorithm, decision.source) == ("rabenseifner", "tuning file")
 
 
 def test_swing_distances_and_peers():
@@ -129,6 +194,24 @@ def test_swing_torus_form_declares_its_option():
      "only its options (it takes none); 'segment_bytes' is not one of them", {}),
     ("allreduce", "swing", {"dims": "4x4", "radix": 2},
      "only its options (dims); 'radix' is not one of them", {"dims": (2, 8)}),
+    ("allreduce", "ring", {"segment": 8},
+     "only its options (segment_bytes); 'segment' is not one of them", {"segment_bytes": 64}),
+    ("allgather", "ring", {"segment_bytes": 64},
+     "only its options (it takes none); 'segment_bytes' is not one of them", {}),
+    ("allgather", "multiring", {"decomposition": "ring"},
+     "option decomposition is 'topology' or 'flat'", {"decomposition": "flat"}),
+    ("reduce_scatter", "multiring", {"segment_bytes": True},
+     "option segment_bytes is a positive integer",
+     {"decomposition": "topology", "segment_bytes": 8}),
+    ("alltoall", "mesh", {"rows": 0}, "option rows is a positive integer", {"rows": 4}),
+    ("alltoall", "mesh", {"rows": 3}, "option rows divides p", {"rows": 2}),
+    ("allreduce", "csc", {"inter": 3},
+     "option inter is the name of another registered algorithm of the collective",
+     {"inter": "rabenseifner"}),
+    ("allreduce", "csc", {"inter": "ring", "segment_bytes": 8},
+     "only its options (inter); 'segment_bytes' is not one of them", {"inter": "ring"}),
+    ("bcast", "binomial", {"segment_bytes": 8},
+     "only its options (it takes none); 'segment_bytes' is not one of them", {}),
 ])
 def test_declared_options_refuse_unknown_names_and_values(collective, name, bad, why, good):
     algorithm = registry.get(collective, name)
