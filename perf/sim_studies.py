@@ -14,11 +14,12 @@
    ring, ring_bidirectional, pairwise, xor, hypercube, bruck, the 2-D mesh's two phases and
    direct on 2-D tori and meshes and on fat trees, blocks of 8 B to 1 MiB per peer, beside
    the article's cost formulas (``alltoall-topology``: 64 ranks on the grids, 128 on a fat
-   tree; ``alltoall-topology-large``: 256 on the grids, 1,024 on a torus and a fat tree,
-   the log-round and mesh algorithms), and the traffic by level of each algorithm.
+   tree; ``alltoall-topology-large``: 256 on the grids, ``alltoall-topology-1024``: 1,024
+   on a torus and a fat tree, the log-round and mesh algorithms), and the traffic by level
+   of each algorithm.
 
 Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp|alltoall-topology|
-alltoall-topology-large ...] (the first three by default; needs SimGrid:
+alltoall-topology-large|alltoall-topology-1024 ...] (the first three by default; needs SimGrid:
 scripts/install-sim.sh).  Prints markdown.
 """
 
@@ -225,19 +226,34 @@ def alltoall_topology() -> str:
         alltoall_study(["fattree:k=8"], ALLTOALL[:-1], [8, 1 << 10, 64 << 10, 1 << 20])])
 
 
+def _each(studies: list[tuple[list[str], list[str], list[int]]]) -> str:
+    """Each study's tables printed as soon as it is done (a long run keeps what it made)."""
+    for platforms, names, sizes in studies:
+        print(alltoall_study(platforms, names, sizes), flush=True)
+    return "(the tables above, one platform at a time)"
+
+
 def alltoall_topology_large() -> str:
-    """256 ranks on the grids and 1,024 on a torus and a fat tree, the algorithms of log p
-    or 2 sqrt(p) rounds only (hypercube, bruck, mesh): ring, pairwise, xor and direct are
-    p - 1 rounds of p transfers, 65 K (256 ranks) to 1 M (1,024) transfers a size, more than
-    this shared 2-core machine gave in the time."""
-    return alltoall_study(["torus:dims=16x16", "mesh:dims=16x16", "torus:dims=32x32",
-                           "fattree:k=16"], ["hypercube", "bruck", "mesh"],
-                          [8, 64 << 10, 1 << 20])
+    """256 ranks on the grids, the algorithms of log p or 2 sqrt(p) rounds only (hypercube,
+    bruck, mesh): ring, pairwise, xor and direct are p - 1 rounds of p transfers, 65 K
+    transfers a size, more than this shared 2-core machine gave in the time."""
+    return _each([(["torus:dims=16x16", "mesh:dims=16x16"], ["hypercube", "bruck", "mesh"],
+                   [8, 64 << 10, 1 << 20])])
+
+
+def alltoall_topology_1024() -> str:
+    """1,024 ranks on a torus and a fat tree: hypercube and Bruck (10 rounds of 1,024
+    transfers), then the 2-D mesh (2 phases of 31,744 flows at once, each of SimGrid's full
+    sharing updates over all of them)."""
+    return _each([(["torus:dims=32x32", "fattree:k=16"], ["hypercube", "bruck"],
+                   [8, 1 << 20]),
+                  (["torus:dims=32x32", "fattree:k=16"], ["mesh"], [8, 1 << 20])])
 
 
 STUDIES = {"rat-oversubscription": rat_oversubscription, "rat-failures": rat_failures,
            "tasp": tasp, "alltoall-topology": alltoall_topology,
-           "alltoall-topology-large": alltoall_topology_large}
+           "alltoall-topology-large": alltoall_topology_large,
+           "alltoall-topology-1024": alltoall_topology_1024}
 DEFAULT = ["rat-oversubscription", "rat-failures", "tasp"]
 
 
