@@ -11,6 +11,7 @@ once (:class:`LastCall`).
 
 from __future__ import annotations
 
+import linecache
 import weakref
 from typing import Any, Mapping
 
@@ -333,8 +334,10 @@ def _define(spec: Collective) -> None:
         function = function.format(name=spec.name)
         rest = ", ".join(f"{k}={v}" for k, v in passed.items()) \
             if call.endswith("init_collective") else ", ".join(passed.values())
-        exec(f"def {function}({listed}):\n    {call}({spec.name!r}, comm, {buffers}, {rest})\n",
-             globals())
+        source = f"def {function}({listed}):\n    {call}({spec.name!r}, comm, {buffers}, {rest})\n"
+        where = f"<hpccoll.api: {function}>"        # (its source, for tracebacks and inspect)
+        linecache.cache[where] = (len(source), None, source.splitlines(True), where)
+        exec(compile(source, where, "exec"), globals())
         made = globals()[function]
         made.__doc__ = doc.format(name=spec.name, doc=spec.doc)
         made.__annotations__ = {**hints, "return": returns}

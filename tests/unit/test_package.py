@@ -121,6 +121,9 @@ def test_functions_call_the_api_directly(collective):
     for name, target in zip(SPECS[collective].functions, called):
         code = getattr(hpccoll, name).__code__
         assert code.co_names == (target,) and collective in code.co_consts
+        source = inspect.getsource(getattr(hpccoll, name))     # shown, as in tracebacks
+        assert source.startswith(f"def {name}(comm, ") and f"{target}({collective!r}, comm, " \
+            in source and code.co_filename == f"<hpccoll.api: {name}>"
         assert [i.opname for i in dis.get_instructions(code)].count("CALL") == 1
 
 
