@@ -237,7 +237,9 @@ def agree(comm: MPI.Comm, args: CallArgs, algorithm: str, guard: Guard) -> None:
     """Check mode (``HPCCOLL_CHECK=1``): one small collective confirms every rank called the
     same collective with the same algorithm, dtype, op and what its spec says ranks must pass
     alike; for alltoallv that every rank's sendcounts match its peers' recvcounts.  Raises
-    ValueError on every rank if not (``guard``: the context revoked on a timeout)."""
+    ValueError on every rank if not, naming the ranks (for alltoallv's counts, each rank's
+    first peer that disagrees and both counts) (``guard``: the context revoked on a
+    timeout)."""
     call = args.call
     shared = _alike(args, algorithm)
     mine = np.array([identity(args, algorithm)], np.int64)
@@ -246,7 +248,10 @@ def agree(comm: MPI.Comm, args: CallArgs, algorithm: str, guard: Guard) -> None:
         counts = np.array(call.counts, np.int64)
         wait_requests([comm.Ialltoall(counts, theirs)], "HPCCOLL_CHECK count exchange",
                       memory=(counts, theirs), guard=guard)
-        mine = np.append(mine, np.count_nonzero(theirs != np.array(call.recvcounts)))
+        expected = np.array(call.recvcounts, np.int64)
+        wrong = np.flatnonzero(theirs != expected)
+        first = wrong[0] if wrong.size else 0
+        mine = np.append(mine, [wrong.size, first, theirs[first], expected[first]])
     everyone = gather_rows(comm, mine, "HPCCOLL_CHECK agreement", guard)
     differ = np.flatnonzero(everyone[:, 0] != everyone[0, 0]).tolist()
     if differ:
@@ -254,7 +259,10 @@ def agree(comm: MPI.Comm, args: CallArgs, algorithm: str, guard: Guard) -> None:
                          f"from rank 0 (collective, algorithm, dtype, op, counts or root "
                          f"differ); this rank: {shared}")
     if args.spec.vector:
-        wrong = np.flatnonzero(everyone[:, 1]).tolist()
+        wrong = [f"rank {peer} sends {sent} element(s) to rank {rank}, which expects "
+                 f"{expected} (recvcounts[{peer}])" + (f" and {count - 1} more pair(s)"
+                                                      if count > 1 else "")
+                 for rank, (_, count, peer, sent, expected) in enumerate(everyone.tolist())
+                 if count]
         if wrong:
-            raise ValueError(f"HPCCOLL_CHECK: alltoallv counts disagree: ranks {wrong} expect "
-                             "recvcounts that their peers' sendcounts do not match")
+            raise ValueError("HPCCOLL_CHECK: alltoallv counts disagree: " + "; ".join(wrong))

@@ -30,8 +30,8 @@ from . import settings
 from .runtime import abandoned
 from .runtime.agreement import gather_rows
 from .runtime.executor import Plan
-from .runtime.progress import (CollectiveTimeout, CommunicatorRevoked, note_ranks_per_host,
-                               wait_requests)
+from .runtime.progress import (CollectiveTimeout, CommunicatorRevoked, mpi_failure,
+                               note_ranks_per_host, wait_requests)
 from .runtime.window import NodeWindow
 from .topology import Topology, detect as detect_topology, from_spec as topology_from_spec
 
@@ -122,7 +122,10 @@ class Context:
         a peer this rank waited for sends its own notice within a moment (it timed out
         waiting for another rank in turn), that notice names the cause and is raised
         instead.  Any other error (an MPI error, an interrupt) yields to a notice already
-        here: the failure elsewhere is its likely cause."""
+        here: the failure elsewhere is its likely cause.  An error of the MPI library is
+        raised (and named in the notice) as a CollectiveError (:func:`mpi_failure`); a notice
+        that cannot be sent (to a peer that failed) is skipped."""
+        error = mpi_failure(error)
         if self.revoked is not None:
             return error
         if not isinstance(error, CollectiveTimeout) and \
@@ -135,8 +138,13 @@ class Context:
                 "communicator)")
         self._revoke(CommunicatorRevoked(text))
         notice = bytearray(text.encode()[:NOTICE_BYTES - 1].ljust(NOTICE_BYTES, b"\0"))
-        sends = [self.comm.Isend([notice, MPI.BYTE], peer, self.notice_tag)
-                 for peer in range(self.comm.Get_size()) if peer != me]
+        sends = []
+        for peer in range(self.comm.Get_size()):
+            if peer != me:
+                try:
+                    sends.append(self.comm.Isend([notice, MPI.BYTE], peer, self.notice_tag))
+                except MPI.Exception:
+                    pass
         abandoned.hold("revocation notices", sends, notice)
         peers = getattr(error, "peers", ())
         until = time.monotonic() + min(BLAME_GRACE, (settings.current.timeout or 0) / 4)

@@ -123,8 +123,9 @@ class NativeCall:
     def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the call on these buffers (of the validated dtype); False (nothing sent) if
         they are not of the validated size, layout and writability, or overlap.  Raises as
-        the other executor does: an MPI error of the start, or (the communicator revoked) an
-        MPI error, CollectiveTimeout or another rank's CommunicatorRevoked while waiting.
+        the other executor does, the communicator revoked: an MPI error (as a CollectiveError)
+        of the start or while waiting, CollectiveTimeout, or another rank's
+        CommunicatorRevoked.
         (``self.start(send or recv, recv, self.state, self.handles, self.polls)`` followed by
         :meth:`finish` unless it returned :data:`DONE` is the same, one call less.)"""
         return self.finish(self.start(recv if send is None else send, recv, self.state,
@@ -142,8 +143,8 @@ class NativeCall:
         if code == MISMATCH:
             return False
         state = self.state
-        if code == START_FAILED:
-            raise MPI.Exception(int(state[ERROR]))
+        if code == START_FAILED:         # nothing posted here; peers may be waiting for it
+            raise self.guard.fail(MPI.Exception(int(state[ERROR])))
         if code == NOTICE:
             raise self.guard.notice()
         memory = (send, recv)

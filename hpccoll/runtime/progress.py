@@ -10,8 +10,9 @@ hangs forever.  :func:`wait_requests` is that wait for a list of MPI requests.
 The errors: :class:`CollectiveError` is what a collective that started but could not finish
 raises -- :class:`CollectiveTimeout` (a deadline passed on this rank) or
 :class:`CommunicatorRevoked` (the communicator's hpccoll state was revoked by an earlier
-failure here or on another rank; see :mod:`hpccoll.context`).  A wait that fails leaves its
-open requests to :mod:`.abandoned`.
+failure here or on another rank; see :mod:`hpccoll.context`); an error the MPI library
+reports is raised as a CollectiveError too (:func:`mpi_failure`), its MPI error class in
+``error_class``.  A wait that fails leaves its open requests to :mod:`.abandoned`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ _idle_polls = POLLS_BEFORE_YIELD[False]
 
 
 class CollectiveError(RuntimeError):
-    """A collective began (messages may have been sent) and could not complete."""
+    """A collective began (messages may have been sent) and could not complete
+    (``error_class``: the MPI error class where the MPI library reported the failure, the
+    library's exception its ``__cause__``)."""
+
+    error_class: int | None = None
 
 
 class CollectiveTimeout(CollectiveError):
@@ -60,6 +65,52 @@ class Guard(Protocol):
 
     def fail(self, error: BaseException) -> BaseException:
         """Revoke the communicator after ``error`` on this rank; the error to raise."""
+
+
+# what an MPI error class means for a collective, where the library's own text says little
+# (classes a library does not implement share MPI_ERR_UNKNOWN's value: those are left out)
+_MEANINGS = {
+    "ERR_TRUNCATE": "a message arrived longer than the receive posted for it: the ranks "
+                    "passed counts that do not match",
+    "ERR_IN_STATUS": "a transfer failed (MPI reports the cause per request; most often a "
+                     "message longer than the receive posted for it: the ranks passed counts "
+                     "that do not match)",
+    "ERR_PROC_FAILED": "a peer process failed",
+    "ERR_PROC_ABORTED": "a peer process aborted",
+    "ERR_REVOKED": "the MPI library revoked the communicator",
+}
+_NAMES = {getattr(MPI, name): f"MPI_{name}" for name in sorted(dir(MPI), reverse=True)
+          if name.startswith("ERR_") and name not in ("ERR_LASTCODE", "ERR_BASE") and
+          (name == "ERR_UNKNOWN" or getattr(MPI, name) != MPI.ERR_UNKNOWN)}
+_MEANINGS_BY_CLASS = {getattr(MPI, name): meaning for name, meaning in _MEANINGS.items()
+                      if getattr(MPI, name) != MPI.ERR_UNKNOWN}
+COUNTS_HINT = ("for alltoallv, a rank's recvcounts[j] smaller than rank j's sendcounts to it "
+               "(HPCCOLL_CHECK=1 compares every rank's counts before any message and names "
+               "the ranks and counts)")
+
+
+def mpi_failure(error: BaseException) -> BaseException:
+    """``error`` as hpccoll raises it: an exception of the MPI library becomes a
+    :class:`CollectiveError` saying what the error class means (its ``error_class`` set, the
+    library's exception its cause); any other error is returned as it is."""
+    if not isinstance(error, MPI.Exception):
+        return error
+    code = error.Get_error_class()
+    name = _NAMES.get(code, f"MPI error class {code}")
+    try:
+        text = error.Get_error_string()
+    except MPI.Exception:
+        text = ""
+    meaning = _MEANINGS_BY_CLASS.get(code)
+    if meaning is None:
+        said = f"the MPI library reported {name}: {text}"
+    else:
+        hint = f"; {COUNTS_HINT}" if code in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS) else ""
+        said = f"{meaning}{hint} ({name}: {text})"
+    failure = CollectiveError(said)
+    failure.error_class = code
+    failure.__cause__ = error
+    return failure
 
 
 def note_ranks_per_host(ranks: int) -> None:
@@ -128,7 +179,7 @@ def wait_requests(requests: list[MPI.Request], what: str, deadline: float | None
         error = exc
     abandoned.hold(what, requests, *memory)
     if guard is None:
-        raise error
+        raise mpi_failure(error)
     raise guard.notice() if error is None else guard.fail(error)
 
 

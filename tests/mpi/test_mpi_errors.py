@@ -4,6 +4,9 @@ test_mpi_faults.py.)"""
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import pytest
 
@@ -129,3 +132,87 @@ def test_check_mode_catches_arguments_that_differ_by_rank(mpi_ranks, comm):
         assert np.array_equal(out, np.repeat(np.arange(p, dtype=float), 2))
     finally:
         hpccoll.configure(**vars(previous))
+
+
+def _alltoallv_forms(hpccoll, comm, algorithm):
+    """(form, call(send spec, recv spec)) for alltoallv: blocking, non-blocking, persistent
+    and the drop-in ``hpccoll.Comm.Alltoallv`` (with ``algorithm``)."""
+    def persistent(send, recv):
+        request = hpccoll.alltoallv_init(comm, send, recv, algorithm=algorithm)
+        try:
+            request.start()
+            request.wait()
+        finally:
+            if not request.active:
+                request.free()
+    return [("blocking", lambda send, recv: hpccoll.alltoallv(comm, send, recv,
+                                                              algorithm=algorithm)),
+            ("non-blocking", lambda send, recv: hpccoll.ialltoallv(
+                comm, send, recv, algorithm=algorithm).wait()),
+            ("persistent", persistent),
+            ("Comm.Alltoallv", lambda send, recv: hpccoll.Comm(
+                comm, {"alltoallv": algorithm}).Alltoallv(send, recv))]
+
+
+# 1 MiB blocks: rank 1 expects half of what rank 0 sends it (rendezvous-sized messages)
+BLOCK = (1 << 20) // 8
+
+
+def _truncating_counts(p, r):
+    recv_counts = [BLOCK] * p
+    if r == 1:
+        recv_counts[0] = BLOCK // 2
+    return [BLOCK] * p, recv_counts
+
+
+@pytest.mark.mpi(ranks=[3], timeout=180)
+def test_alltoallv_counts_that_do_not_match_raise_hpccoll_errors(mpi_ranks, comm):
+    """A rank that expects fewer elements than its peer sends: check mode raises ValueError
+    on every rank before any message, naming both ranks and counts, for the native and a
+    scheduled algorithm in every form; without it, a scheduled algorithm's receive raises
+    CollectiveError saying what MPI's truncation means (not the library's bare exception),
+    and the communicator is revoked on every rank until recover()."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    send_counts, recv_counts = _truncating_counts(p, r)
+    send = np.full(BLOCK * p, r + 1.0)
+    recv = np.full(sum(recv_counts), -1.0)
+    previous = hpccoll.configure(check=True)
+    try:
+        for algorithm in ("native", "pairwise"):
+            for form, call in _alltoallv_forms(hpccoll, comm, algorithm):
+                with pytest.raises(ValueError) as raised:
+                    call([send, send_counts], [recv, recv_counts])
+                assert str(raised.value) == (
+                    "HPCCOLL_CHECK: alltoallv counts disagree: rank 0 sends 131072 element(s) "
+                    "to rank 1, which expects 65536 (recvcounts[0])"), (algorithm, form)
+                assert (recv == -1).all(), (algorithm, form)
+    finally:
+        hpccoll.configure(**vars(previous))
+    expected = "a message arrived longer than the receive posted for it|a transfer failed"
+    for form, call in _alltoallv_forms(hpccoll, comm, "pairwise"):
+        try:
+            call([send, send_counts], [recv, recv_counts])
+            outcome = None
+        except hpccoll.CollectiveError as error:
+            outcome = error
+        if r == 1:      # the truncated receive
+            assert type(outcome) is hpccoll.CollectiveError, (form, outcome)
+            assert outcome.error_class in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS), form
+            assert re.search(expected, str(outcome)), form
+            assert "recvcounts[j] smaller than rank j's sendcounts" in str(outcome), form
+        elif outcome is not None:
+            assert isinstance(outcome, hpccoll.CommunicatorRevoked), (form, outcome)
+            assert re.search(f"revoked by rank 1 after: CollectiveError: ({expected})",
+                             str(outcome)), form
+        # revoked everywhere: the next call raises before sending (once the notice is here)
+        deadline = time.monotonic() + 10
+        with pytest.raises(hpccoll.CommunicatorRevoked, match="revoked by rank 1"):
+            while time.monotonic() < deadline:
+                hpccoll.alltoallv(comm, [send, [BLOCK] * p], [np.zeros(BLOCK * p),
+                                                              [BLOCK] * p])
+        hpccoll.recover(comm)
+    out = np.zeros(BLOCK * p)
+    hpccoll.alltoallv(comm, [send, [BLOCK] * p], [out, [BLOCK] * p], algorithm="pairwise")
+    assert np.array_equal(out, np.repeat(np.arange(1.0, p + 1), BLOCK))
