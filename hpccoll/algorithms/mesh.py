@@ -16,7 +16,6 @@ from typing import Any
 from ..registry import Constraint, Cost, Option, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, Region, StepBuilder, blocks,
                         pairs_by_distance, span)
-from .bruck import integer_at_least
 
 
 def _valid_rows(p: int, rows: Any) -> bool:
@@ -32,9 +31,10 @@ def _valid_rows(p: int, rows: Any) -> bool:
 
 
 VALID_ROWS = Constraint("option rows divides p", lambda c: _valid_rows(c.p, c.option("rows")))
-ROWS = Option("rows", "a positive integer", "the squarest r x c = p, r <= c",
-              "the grid's rows r (they must divide p): phase 1 inside rows of c = p / r ranks, "
-              "phase 2 inside columns of r", lambda value: integer_at_least(value, 1))
+# the value depends on p, so VALID_ROWS (a constraint, which sees the call) judges it
+ROWS = Option("rows", "a positive integer dividing p", "the squarest r x c = p, r <= c",
+              "the grid's rows r: phase 1 inside rows of c = p / r ranks, phase 2 inside "
+              "columns of r", lambda value: True)
 
 
 def grid_shape(p: int, rows: Any = None) -> tuple[int, int]:
