@@ -23,7 +23,7 @@ from .collectives import Collective, on_add
 from .prepared import Prepared, nothing, prepare
 from .requests import COMPLETED, NativeStarted, PersistentRequest, Request, Started
 from .runtime import native, scheduled
-from .runtime.executor import Operation
+from .runtime.operation import Operation
 from .runtime.native import NativeCall
 from .runtime.scheduled import Runner
 

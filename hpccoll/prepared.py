@@ -19,7 +19,8 @@ from .collectives import nonblocking
 from .context import Context, context, existing_context
 from .requests import COMPLETED, NativeOperation
 from .runtime import buffers, device, kernels, native
-from .runtime.executor import Operation, Plan
+from .runtime.executor import Plan
+from .runtime.operation import Operation
 from .runtime.native import NativeCall
 from .schedule import RECV
 

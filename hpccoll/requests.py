@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from . import settings
 from .runtime import abandoned, native
-from .runtime.executor import Operation
+from .runtime.operation import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
 from .runtime.scheduled import DONE, MISMATCH, PENDING, Runner
 
@@ -58,7 +58,7 @@ class PersistentRequest(Request):
 
     Once a run has been on the compiled executor (:mod:`hpccoll.runtime.scheduled`, from the
     second start), ``start()`` and ``wait()`` call its function directly; anything but a
-    clean completion goes to an :class:`~hpccoll.runtime.executor.Operation` (deadline,
+    clean completion goes to an :class:`~hpccoll.runtime.operation.Operation` (deadline,
     notices, failure) as on the first run.  The library's own collective, where the compiled
     native executor runs the call, is posted and polled there (:class:`NativeStarted`, on a
     state of its own)."""
@@ -170,7 +170,7 @@ class Started:
     persistent request posts the same object again at every start): ``wait()`` calls the
     function directly, and is done if the run completes cleanly; anything else (a
     ``test()``, a notice, a failure) continues the run in an
-    :class:`~hpccoll.runtime.executor.Operation`, which completes it or raises as on any
+    :class:`~hpccoll.runtime.operation.Operation`, which completes it or raises as on any
     run.  ``memory``: the user's arrays, held meanwhile."""
 
     __slots__ = ("runner", "tag", "reduce", "memory", "guard", "operation", "finished")

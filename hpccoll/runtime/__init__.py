@@ -1,6 +1,8 @@
 """The runtime: what runs collectives on MPI, under the schedule executor and the shared objects.
 
-* :mod:`.executor`: Plan, Binding and Operation -- one rank's schedule program run on mpi4py;
+* :mod:`.executor`: Plan and Binding -- one rank's schedule program bound to buffers;
+* :mod:`.operation`: Operation -- a binding run on mpi4py (deadline, failure, abandonment);
+* :mod:`.scheduled`, :mod:`.native`: the compiled executors (Numba code posting MPI calls);
 * :mod:`.ops`: a bound step's local work (CopyOp, ReduceOp, RowsOp, MoveOp);
 * :mod:`.progress`: CollectiveTimeout, deadlines and the one polling loop every wait uses;
 * :mod:`.agreement`: ranks deciding together (every rank's data; "did every rank succeed");

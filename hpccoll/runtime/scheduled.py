@@ -12,7 +12,7 @@ step's local work, polls ``MPI_Testsome`` and does each arrival's work as it lan
 next step, all without returning to Python; at the end it probes for a revocation notice as
 the other executor's operations do.
 
-Deadlines and failures stay with :class:`~.executor.Operation`: the function polls a number
+Deadlines and failures stay with :class:`~.operation.Operation`: the function polls a number
 of times (as many idle polls as every wait spins before it yields the core, :mod:`.progress`)
 and returns :data:`PENDING`; the operation then yields the core between further calls of
 one poll each, checks the step's deadline (counted from the step's post, as on the other
