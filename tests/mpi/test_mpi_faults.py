@@ -13,6 +13,10 @@ test_mpi_errors.py.
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import time
 import weakref
 
@@ -254,10 +258,46 @@ def test_ranks_that_disagree_raise_on_every_rank(mpi_ranks, comm):
                 assert outcome[0] != "ok", (name, r)
             hpccoll.recover(comm)
         x, y = np.full(n, 1.0 + r), np.zeros(n)
+        _mpi_error_on_the_last_rank(hpccoll, comm, x, y)
         hpccoll.allreduce(comm, x, y, algorithm="ring")
         assert np.all(y == p * (p + 1) / 2)
     finally:
         hpccoll.configure(**vars(previous))
+
+
+def _mpi_error_on_the_last_rank(hpccoll, comm, x, y):
+    """The MPI library fails the native executor's start on the last rank (MPI_ERR_OTHER, as
+    for a peer that died): it raises a CollectiveError saying so, not the library's bare
+    exception, and revokes: the others, waiting in the call it never posted, raise
+    CommunicatorRevoked naming it; then recover()."""
+    from types import SimpleNamespace
+
+    from mpi4py import MPI
+
+    from hpccoll.context import context
+    from hpccoll.runtime import native
+    p, r = comm.size, comm.rank
+    short = hpccoll.configure(timeout=60)     # the native executor compiled on every rank
+    hpccoll.allreduce(comm, x, y, algorithm="native")
+    hpccoll.configure(**vars(short))
+    comm.Barrier()                            # every rank done with it before the failure
+    said = "the MPI library reported MPI_ERR_OTHER: Other MPI error"
+    if r == p - 1:
+        failed = SimpleNamespace(state=np.zeros(native.STATE_WORDS, np.int64),
+                                 guard=context(comm))
+        failed.state[native.ERROR] = MPI.ERR_OTHER
+        with pytest.raises(hpccoll.CollectiveError) as raised:
+            native.NativeCall.finish(failed, native.START_FAILED, None, y)
+        assert type(raised.value) is hpccoll.CollectiveError
+        assert str(raised.value).startswith(said)
+        assert raised.value.error_class == MPI.ERR_OTHER
+    else:
+        with pytest.raises(hpccoll.CommunicatorRevoked,
+                           match=f"revoked by rank {p - 1} after: CollectiveError: {said}"):
+            hpccoll.allreduce(comm, x, y, algorithm="native")
+    with pytest.raises(hpccoll.CommunicatorRevoked, match=f"revoked by rank {p - 1}"):
+        hpccoll.allreduce(comm, x, y, algorithm="native")
+    hpccoll.recover(comm)
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)
@@ -469,3 +509,74 @@ def test_soak_mixed_calls_with_injected_timeouts(mpi_ranks, comm):
     if comm.rank != comm.size - 1:
         assert stats["raised"] == 8
     assert stats["rss_end_mib"] - stats["rss_after_first_fault_mib"] < 64
+
+
+# A peer killed mid-call: each survivor writes what its calls raised, then leaves without
+# MPI_Finalize (which would wait for the dead rank).  Two communicators made beforehand: the
+# native call fails on one, the scheduled on the other (recover() needs every rank).
+PEER_KILLED = """
+import json, os, sys
+import numpy as np
+from mpi4py import MPI
+import hpccoll
+
+world = MPI.COMM_WORLD
+p, r = world.size, world.rank
+comms = {"native": world.Dup(), "ring": world.Dup()}
+x, y = np.full(1 << 20, r + 1.0), np.zeros(1 << 20)
+for algorithm, comm in comms.items():
+    for _ in range(2):                  # hpccoll's context, MPI's connections, compiled code
+        hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+world.Barrier()
+hpccoll.configure(timeout=float(sys.argv[2]))
+if r == p - 1:                          # dies with its calls in flight
+    requests = [hpccoll.iallreduce(comm, x, y, algorithm=algorithm)
+                for algorithm, comm in comms.items()]
+    os._exit(3)
+outcomes = []
+for algorithm, comm in comms.items():
+    for call in ("failing", "next"):
+        try:
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            outcomes.append([algorithm, call, "ok", ""])
+        except BaseException as error:
+            outcomes.append([algorithm, call, type(error).__name__, str(error),
+                             isinstance(error, hpccoll.CollectiveError)])
+with open(os.path.join(sys.argv[1], f"rank{r}.json"), "w") as f:
+    json.dump(outcomes, f)
+os._exit(0)
+"""
+
+
+def test_a_peer_killed_mid_call_raises_collective_errors_and_revokes_on_every_survivor(
+        tmp_path):
+    """Rank 2 of 3 exits with a native and a ring allreduce in flight: on both survivors
+    each failing call raises a CollectiveError (the deadline, a peer's revocation notice, or
+    the MPI library's error as a CollectiveError -- never the library's bare exception), and
+    the next call on each communicator raises CommunicatorRevoked.  Under MPICH (hydra keeps
+    the survivors with -disable-auto-cleanup) the library reports no error for a dead peer on
+    one node: the survivors' deadlines find it."""
+    from mpi4py import MPI
+    if not MPI.Get_library_version().startswith("MPICH"):
+        pytest.skip("survivors of a killed rank are kept only by MPICH's hydra "
+                    "(-disable-auto-cleanup) here")
+    script = tmp_path / "peer_killed.py"
+    script.write_text(PEER_KILLED)
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    done = subprocess.run([mpiexec, "-disable-auto-cleanup", "-n", "3", sys.executable,
+                           str(script), str(tmp_path), str(DEADLINE)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode != 0          # the killed rank's status
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.json"
+        assert path.exists(), f"rank {rank} wrote nothing: {done.stderr[-2000:]}"
+        outcomes = json.loads(path.read_text())
+        assert [o[:2] for o in outcomes] == [["native", "failing"], ["native", "next"],
+                                             ["ring", "failing"], ["ring", "next"]]
+        for algorithm, call, name, text, *is_collective_error in outcomes:
+            assert is_collective_error == [True], (rank, algorithm, call, name, text)
+            if call == "next":
+                assert name == "CommunicatorRevoked", (rank, algorithm, name, text)
+                assert "hpccoll's state of this communicator was revoked by rank" in text
+            else:
+                assert name in ("CollectiveTimeout", "CommunicatorRevoked", "CollectiveError")
