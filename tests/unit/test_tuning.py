@@ -46,3 +46,20 @@ def test_a_malformed_table_is_a_value_error_saying_what(collectives, message):
     with pytest.raises(ValueError) as raised:
         tuning.check_table(table, "tuning file t.json")
     assert str(raised.value).startswith(f"tuning file t.json: {message}")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format": "hpccoll-tuning/1", "collectives": []}',
+     "\"collectives\" must map each collective's name to a list of entries, not be a list"),
+    ('[{"format": "hpccoll-tuning/1"}]',
+     "is not a decision table (format 'hpccoll-tuning/1' expected)"),
+    ('{"format": "hpccoll-tuning/1", "collectives": {"alltoall": [{"ranks": [2, 2], '
+     '"rules": "ring"}]}}', "alltoall: an entry needs \"ranks\": [low, high]"),
+])
+def test_a_tuning_file_of_the_wrong_shape_is_a_value_error_naming_it(tmp_path, text, message):
+    path = tmp_path / "table.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as raised:
+        tuning.load(str(path))
+    assert str(raised.value).startswith(f"tuning file {path}")
+    assert message in str(raised.value)
