@@ -3,8 +3,9 @@ collectives at 5-8 ranks (test_mpi_collectives.py and test_mpi_rooted.py run eve
 algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): every dtype, the
 ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
 (options).  The Bine butterflies run at every p (odd ones folding the last rank into its
-neighbour), the all-to-all where p is a power of two; Swing's torus form on 2x4 and 2x2x2 at 8 ranks; RAT, pipelined, on a topology of nodes
-and racks."""
+neighbour), the all-to-all where p is a power of two; Swing's torus form on 2x4 and 2x2x2 at
+8 ranks; RAT, pipelined, on a topology of nodes and racks; auto, the cost model deciding, on
+nodes of 2 ranks (swing's reduce-scatter at 8 ranks)."""
 
 from __future__ import annotations
 
@@ -70,9 +71,29 @@ def test_allgather_and_alltoall_match_native(mpi_ranks, comm):
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
-def test_reduce_scatter_matches_native(mpi_ranks, comm):
+def test_reduce_scatter_matches_native(mpi_ranks, comm, monkeypatch):
     import hpccoll
     p, r = comm.size, comm.rank
+    # auto with the cost model deciding, on nodes of 2 ranks: at 8 ranks and 8 B it picks
+    # swing (test_new_algorithms), which matches native here
+    from hpccoll import costmodel, tuning
+    from hpccoll.topology import Topology, from_spec
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", "none")
+    if p == 8:
+        stand_in = costmodel.stand_in("reduce_scatter", p, 8,
+                                      topology=from_spec("nodes=4,ppn=2", p))
+        assert tuning.choose(stand_in, 8) == "swing"
+    sub = comm.Dup()
+    hpccoll.set_topology(sub, Topology.from_levels(node=[i // 2 for i in range(p)]))
+    for n in (1, 1000):
+        send = data(r, n * p, "float32")
+        want = np.zeros(n, "float32")
+        comm.Reduce_scatter_block(send, want)
+        got = np.zeros(n, "float32")
+        hpccoll.reduce_scatter(sub, send, got, algorithm="auto")
+        check(got, want, f"auto on nodes of 2 n={n}")
+    sub.Free()
+    monkeypatch.delenv("HPCCOLL_TUNING_FILE")
     for name, options in REDUCE_SCATTER:
         if not serves("reduce_scatter", name, p):
             continue
