@@ -78,7 +78,8 @@ def bad_calls(comm):
     ]
     if p > 1:       # one rank runs no ring, so reads no segment size
         cases.append(("bad segment option", ValueError,
-                      "option segment_bytes must be a positive integer",
+                      "algorithm .ring. cannot serve allreduce on .* ranks: it requires "
+                      "option segment_bytes is a positive integer",
                       lambda: hpccoll.allreduce(comm, f32, np.zeros(4, np.float32),
                                                 algorithm="ring",
                                                 options={"segment_bytes": "1M"})))
