@@ -124,6 +124,11 @@ class LastCall:
         if self.prepared not in self.calls:
             return None
         prepared, ctx, runner = self.prepared, self.ctx, self.runner
+        if self.moves_nothing:
+            if send is not None and send.size or not self.ignores_recv and recv.size:
+                return None
+            ctx.next_slot()
+            return COMPLETED
         if self.compiled is not None:
             if self.twin is None:           # (a state of its own: a blocking repeat may come)
                 self.twin = self.compiled.twin()

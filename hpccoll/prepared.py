@@ -90,6 +90,8 @@ class Prepared:
         addresses = check_apart(send, recv)
         if settings.current.check:
             agree(ctx.comm, self.args, self.algorithm, ctx)
+        if self.moves_nothing:          # (every rank's call is empty: nothing to send)
+            return COMPLETED
         if self.local_copy and slot is not None:
             if send is not None:        # (C-contiguous, of one size: flat views, no copy)
                 recv.reshape(-1)[...] = send.reshape(-1)

@@ -76,7 +76,7 @@ class PersistentRequest(Request):
         if prepared.local_copy and sendbuf is not None:
             self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
         self._arrays = (sendbuf, sendbuf[:0] if prepared.ignores_recv else recvbuf)
-        if prepared.compiled is not None:
+        if prepared.compiled is not None and not prepared.moves_nothing:
             self._started = NativeStarted(prepared.compiled.twin())
 
     @property

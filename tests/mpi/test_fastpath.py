@@ -164,11 +164,28 @@ def test_zero_size_calls_among_real_ones(mpi_ranks, comm):
     """Calls that move nothing (every rank's arrays empty) return at once, repeated or not,
     between calls of the same collective that move data on the same and on new arrays: each
     of those results NumPy's, and a zero-size call that does not match (empty send, full
-    receive) still raises."""
+    receive) still raises.  Non-blocking and persistent calls that move nothing are complete
+    when started (no operation is built), bcast's too."""
     import hpccoll
+    from hpccoll.requests import COMPLETED
     p, r = comm.size, comm.rank
-    for collective in COLLECTIVES:
-        for algorithm in ("native", "auto", scheduled(collective, p)):
+    for collective in COLLECTIVES + ("bcast",):
+        for algorithm in ("native", "auto", "binomial" if collective == "bcast" else
+                          scheduled(collective, p)):
+            empty = [np.empty(0, np.int64)] * (1 if collective == "bcast" else 2)
+            for k in range(3):
+                request = getattr(hpccoll, "i" + collective)(comm, *empty, algorithm=algorithm)
+                request.wait()
+                assert k == 0 or request._operation is COMPLETED, (collective, algorithm, k)
+            persistent = getattr(hpccoll, collective + "_init")(comm, *empty,
+                                                                 algorithm=algorithm)
+            for k in range(2):
+                persistent.start()
+                persistent.wait()
+                assert persistent._operation is COMPLETED, (collective, algorithm, k)
+            persistent.free()
+            if collective == "bcast":
+                continue
             full = [np.empty(send_size(collective, p, 3), np.int64),
                     np.empty(recv_size(collective, p, 3), np.int64)]
             for k, n in enumerate((0, 0, 3, 0, 3, 3, 0)):
