@@ -1,7 +1,7 @@
 """A toy collective added from outside the package, as a user or a new family would add one:
 an inclusive scan (MPI_Scan: rank r receives the reduction of ranks 0..r's inputs), one spec
 and one planner, nothing else.  :func:`install` adds both; the tests then call, benchmark and
-verify it (tests/unit/test_toy_collective.py, tests/mpi/test_toy_collective.py)."""
+verify it (tests/unit/test_toy_collective.py, tests/mpi/test_mpi_toy_collective.py)."""
 
 from __future__ import annotations
 

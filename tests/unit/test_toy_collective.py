@@ -2,7 +2,7 @@
 inclusive scan), added from outside the package, gets its three public functions and package
 names, its settings variable, the verifier, ``hpccoll verify`` and ``explain``, with no other
 file touched.  It runs in a child process, so the other tests see the shipped collectives
-only (the MPI case, calling and benchmarking it: tests/mpi/test_toy_collective.py)."""
+only (the MPI case, calling and benchmarking it: tests/mpi/test_mpi_toy_collective.py)."""
 
 from __future__ import annotations
 
