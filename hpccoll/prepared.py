@@ -6,6 +6,8 @@ signature check."""
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
@@ -138,12 +140,71 @@ class Prepared:
             device.to_host(send, host_send)
         reads, writes = self.recv_regions
         device.to_host(recv, host_recv, reads)
+        return host_send, host_recv, CopyBack(self, host_recv, recv, writes, mine)
 
-        def copy_back() -> None:
-            device.to_device(host_recv, recv, writes)
-            if mine:
-                self.host_busy = False
-        return host_send, host_recv, copy_back
+
+class CopyBack:
+    """The end of a staged call (its operation's ``on_done``): copies what the call wrote
+    from the pinned receive buffer ``host`` to the device array ``recv`` -- the regions of
+    ``writes`` that :meth:`deliver` has not copied already, so that each byte goes down once
+    -- then frees the call's pinned buffers for the next call (``mine``: they are the
+    prepared call's own)."""
+
+    __slots__ = ("prepared", "host", "recv", "left", "mine")
+
+    def __init__(self, prepared: Prepared, host: np.ndarray, recv: Any,
+                 writes: tuple[tuple[int, int], ...], mine: bool):
+        self.prepared, self.host, self.recv, self.mine = prepared, host, recv, mine
+        self.left = _intervals(writes)      # [start, stop) pairs not copied yet, in order
+
+    def deliver(self, regions: Any) -> None:
+        """Copy ``regions`` ((offset, count) pairs) of the result to the device now, as far
+        as the call writes them and they have not gone down yet (:mod:`hpccoll.streaming`:
+        each region before it is handed over)."""
+        left = self.left
+        down = [(start, stop - start) for offset, count in regions if count and left
+                for start, stop in _cut(left, offset, offset + count)]
+        device.to_device(self.host, self.recv, down)
+
+    def __call__(self) -> None:
+        left, self.left = self.left, []
+        device.to_device(self.host, self.recv, [(a, b - a) for a, b in left])
+        if self.mine:
+            self.prepared.host_busy = False
+
+
+def _intervals(regions: Any) -> list[tuple[int, int]]:
+    """(offset, count) pairs as sorted, disjoint [start, stop) pairs (overlaps merged)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted((o, o + c) for o, c in regions if c > 0):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def _cut(left: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
+    """Remove [start, stop) from ``left`` (sorted, disjoint [start, stop) pairs, changed in
+    place); return the parts removed, in order."""
+    i = bisect.bisect_right(left, start, key=_first)
+    if i and left[i - 1][1] > start:
+        i -= 1
+    j, taken, kept = i, [], []
+    while j < len(left) and left[j][0] < stop:
+        a, b = left[j]
+        low, high = max(a, start), min(b, stop)
+        taken.append((low, high))
+        if a < low:
+            kept.append((a, low))
+        if high < b:
+            kept.append((high, b))
+        j += 1
+    left[i:j] = kept
+    return taken
+
+
+_first = operator.itemgetter(0)
 
 
 def staged_regions(args: CallArgs) -> tuple[tuple[tuple[int, int], ...],

@@ -8,9 +8,9 @@ from typing import Any, Iterator, Mapping
 
 from mpi4py import MPI
 
-from .prepared import prepare
-from .runtime import device
-from .schedule import RECV, offsets
+from .prepared import CopyBack, prepare
+from .requests import COMPLETED
+from .schedule import offsets
 
 
 def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
@@ -22,19 +22,23 @@ def allgather_stream(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, *,
     transfers that follow are in flight: first the own block (before any transfer completes),
     then after each step what that step delivered.  ``ring`` yields one block per step,
     ``multiring`` one chunk per cycle.  Device arrays staged through host memory get each
-    delivered region copied to the device before it is yielded."""
+    delivered region copied to the device before it is yielded, and nothing copied twice
+    (:meth:`~hpccoll.prepared.CopyBack.deliver`)."""
     prepared, send, recv = prepare("allgather", comm, sendbuf, recvbuf, counts=recvcounts,
                                    algorithm=algorithm, options=options)
     if prepared.plan is None:
         raise NotImplementedError("allgather_stream needs a scheduled algorithm, not native")
     operation = prepared.start(send, recv)
+    if operation is COMPLETED:          # (every block of no elements: nothing to hand over)
+        return
+    # staged: the operation runs on a pinned host copy of recv, whose copy-back hands each
+    # region down as it is yielded and, at the end, only what has not gone down yet
+    back = operation.on_done if isinstance(operation.on_done, CopyBack) else None
     counts = prepared.args.call.counts
     starts = offsets(counts)
     for regions in operation.stream():
-        if prepared.staged:     # the operation runs on a pinned host copy of recv
-            landed = operation.binding.views[RECV]
-            for offset, count in regions:
-                device.to_device(landed[offset:offset + count], recv[offset:offset + count])
+        if back is not None:
+            back.deliver(regions)
         pieces = []
         for offset, count in regions:      # cut at block boundaries: one source per piece
             stop = offset + count

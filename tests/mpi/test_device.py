@@ -324,6 +324,52 @@ def test_staging_copies_only_what_the_call_reads_and_writes(mpi_ranks, comm):
         del os.environ["HPCCOLL_GPU_AWARE"]
 
 
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_allgather_stream_on_staged_arrays_copies_each_byte_down_once(mpi_ranks, comm):
+    """allgather_stream on staged device arrays hands each delivered region to the device
+    before yielding it, and the copy-back at the end copies only what has not gone down yet:
+    the bytes copied to the device are the call's result, once (out of place: every block;
+    in place: all but the own block, which is not yielded either), each yielded slice final
+    when it is yielded."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    counts = [300 + 7 * q for q in range(p)]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    block = data(r, counts[r], "float64")
+    want = np.zeros(sum(counts))
+    comm.Allgatherv(block, [want, counts])
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    try:
+        duplicate = comm.Dup()
+        for name in ("ring", "multiring"):
+            for in_place in (False, True):
+                start = np.zeros(sum(counts))
+                if in_place:
+                    start[starts[r]:starts[r] + counts[r]] = block
+                gathered = dev(start)
+                send = MPI.IN_PLACE if in_place else dev(block)
+                seen = np.zeros(sum(counts), int)
+                with copies() as moved:
+                    for arrived in hpccoll.allgather_stream(duplicate, send, gathered,
+                                                            recvcounts=counts,
+                                                            algorithm=name):
+                        now = gathered._ary.copy()          # (not a copy the test counts)
+                        for _, where in arrived:
+                            assert np.array_equal(now[where], want[where]), (name, where)
+                            seen[where] += 1
+                expected = np.ones_like(seen)       # (in place, the own block is there)
+                expected[starts[r]:starts[r] + counts[r]] = 0 if in_place else 1
+                assert np.array_equal(seen, expected), (name, in_place)
+                assert np.array_equal(host(gathered), want), (name, in_place)
+                result = want.nbytes - (block.nbytes if in_place else 0)
+                assert moved == {"down": block.nbytes, "up": result}, (name, in_place, moved)
+        nothing = hpccoll.allgather_stream(duplicate, dev(np.zeros(0)), dev(np.zeros(0)))
+        assert list(nothing) == []                  # (was an AttributeError: no operation)
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+
+
 class Interface:
     """An object exposing only ``__cuda_array_interface__`` (and optionally DLPack's device),
     over host memory: what CuPy arrays and PyTorch CUDA tensors look like to hpccoll."""
