@@ -17,14 +17,14 @@ from mpi4py import MPI
 from . import registry, settings
 from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf, resolve,
                         signature, validate)
-from .collectives import nonblocking
+from .collectives import Collective, nonblocking
 from .context import Context, context, existing_context
 from .requests import COMPLETED, NativeOperation
 from .runtime import buffers, device, kernels, native
 from .runtime.executor import Plan
 from .runtime.operation import Operation
 from .runtime.native import NativeCall
-from .schedule import RECV
+from .schedule import RECV, Call
 
 
 class Prepared:
@@ -71,7 +71,7 @@ class Prepared:
         self.on_device = memory_kind == buffers.DEVICE
         self.staged = self.on_device and \
             (not buffers.gpu_aware() or self.plan is not None and self.plan.program.window > 0)
-        self.recv_regions = staged_regions(args) if self.staged else ((), ())
+        self.recv_regions = staged_regions(args.spec, args.call) if self.staged else ((), ())
         on_host = not self.on_device or self.staged
         if args.op and not on_host and not device.reduces(args.op, args.dtype):
             raise TypeError(f"{args.op} on {args.dtype} device arrays: the device kernels do "
@@ -207,16 +207,16 @@ def _cut(left: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, 
 _first = operator.itemgetter(0)
 
 
-def staged_regions(args: CallArgs) -> tuple[tuple[tuple[int, int], ...],
-                                             tuple[tuple[int, int], ...]]:
+def staged_regions(spec: Collective, call: Call) -> tuple[tuple[tuple[int, int], ...],
+                                                         tuple[tuple[int, int], ...]]:
     """Where a call reads and where it writes its receive buffer, as (offset, count) pairs of
     elements: staging copies just these.  It reads its input where that lies in the receive
     buffer (in place: the rank's own block(s); a broadcast's root: its buffer), nothing
     otherwise.  It writes the blocks of its result (alltoall's at their displacements, the
     gaps between them untouched; otherwise the whole buffer), less an input in place that a
     collective which does not reduce leaves as it is (allgather's own block, the root's
-    buffer of a broadcast)."""
-    call, spec = args.call, args.spec
+    buffer of a broadcast).  (Also what ``hpccoll bench -d cuda`` copies around MPI's own
+    collective on staged device buffers.)"""
     source = spec.input(call)
     inside = source.buffer == RECV and source.count > 0
     reads = ((source.offset, source.count),) if inside else ()

@@ -31,6 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api, registry, settings
+from ..prepared import staged_regions
 from ..collectives import spec
 from ..runtime import buffers, device
 from ..schedule import RECV
@@ -101,7 +102,8 @@ class Case:
                 args = arguments(*(b if isinstance(b, np.ndarray) or b is None else
                                    buffers.message(b) for b in (send, recv)))
                 return lambda: method(*args)
-            return _staged_native(method, arguments, send, recv)
+            return _staged_native(method, arguments, send, recv,
+                                  staged_regions(self.spec, self.call))
         if algorithm == API_NATIVE:
             algorithm = registry.NATIVE
         run, name, counts = api.run_collective, self.spec.name, self.counts
@@ -146,20 +148,25 @@ class Case:
         return int(total[0])
 
 
-def _staged_native(method: Callable, arguments: Callable, send: Any, recv: Any
+def _staged_native(method: Callable, arguments: Callable, send: Any, recv: Any,
+                   regions: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
                    ) -> Callable[[], None]:
     """The native call on device buffers for an MPI that cannot read them, as a program
-    would make it: through pinned host copies (made once), both copies timed."""
+    would make it: through pinned host copies (made once), both copies timed, copying what
+    hpccoll's staging copies (``regions``, :func:`~hpccoll.prepared.staged_regions`): the
+    send buffer down, of the receive buffer only what the collective reads, and back only
+    what it writes."""
     host_send = None if send is None else device.pinned(send.size, send.dtype)
     host_recv = device.pinned(recv.size, recv.dtype)
     args = arguments(host_send, host_recv)
+    reads, writes = regions
 
     def run() -> None:
         if send is not None:
             device.to_host(send, host_send)
-        device.to_host(recv, host_recv)
+        device.to_host(recv, host_recv, reads)
         method(*args)
-        device.to_device(host_recv, recv)
+        device.to_device(host_recv, recv, writes)
     return run
 
 

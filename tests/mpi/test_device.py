@@ -616,6 +616,33 @@ def test_bench_device_cuda(mpi_ranks, comm):
     assert all(r.wrong == 0 and r.time_us > 0 for r in results)
 
 
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_bench_staged_native_copies_only_what_the_collective_reads_and_writes(mpi_ranks,
+                                                                              comm):
+    """``hpccoll bench -d cuda``'s native call on staged device buffers copies what
+    hpccoll's staging copies (prepared.staged_regions), not the whole buffers: the send
+    buffer down, of the receive buffer only a broadcast root's input, and back only what the
+    collective writes (nothing at a broadcast's root or a reduce's other rank)."""
+    from hpccoll.tools import bench
+    p, r = comm.size, comm.rank
+    n = 1024                                  # bytes a block (float64)
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    try:
+        expected = {"allgather": (n, n * p), "alltoall": (n * p, n * p),
+                    "allreduce": (n, n), "reduce_scatter": (n, n // p),
+                    "bcast": (n, 0) if r == 0 else (0, n),
+                    "reduce": (n, n if r == 0 else 0)}
+        for collective, (down, up) in expected.items():
+            case = bench.Case(comm, collective, n, np.dtype(np.float64), memory="cuda")
+            run = case.runner("native")
+            assert case.wrong(run) == 0, collective
+            with copies() as moved:
+                run()
+            assert moved == {"down": down, "up": up}, (collective, moved)
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+
+
 def test_bench_device_cuda_without_a_gpu_says_so_in_one_line():
     import subprocess
     import sys
