@@ -4,7 +4,8 @@ algorithm, these included, at 1-4 and 1-5 ranks, under MPICH and Open MPI): ever
 ops, sizes 0 and odd ones, IN_PLACE, uneven counts and PAT with messages capped at one block
 (options).  The Bine butterflies run at every p (odd ones folding the last rank into its
 neighbour), the all-to-all where p is a power of two; Swing's torus form on 2x4 and 2x2x2 at
-8 ranks; RAT, pipelined, on a topology of nodes and racks; auto, the cost model deciding, on
+8 ranks; RAT, pipelined, on a topology of nodes and racks (and at 2-4 ranks on one given
+by HPCCOLL_TOPOLOGY); auto, the cost model deciding, on
 nodes of 2 ranks (swing's reduce-scatter at 8 ranks)."""
 
 from __future__ import annotations
@@ -167,6 +168,33 @@ def test_allreduce_matches_native(mpi_ranks, comm):
             hpccoll.allreduce(sub, np.ones(8), got, algorithm=name, options=options)
         assert (got == 7.0).all()
     sub.Free()
+
+
+@pytest.mark.mpi(ranks=[2, 3, 4], timeout=300)
+def test_rat_pipelined_on_the_environments_topology(mpi_ranks, comm, monkeypatch):
+    """RAT, pipelined, on a topology given by HPCCOLL_TOPOLOGY (read when a communicator is
+    first used): one element a segment (a shard in as many segments as it has elements), a
+    few elements a segment and the default, against the native allreduce."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    specs = {2: ["nodes=2,ppn=1"], 3: ["nodes=3,ppn=1"],
+             4: ["racks=2,nodes_per_rack=2,ppn=1", "nodes=2,ppn=2"]}[p]
+    for spec in specs:
+        monkeypatch.setenv("HPCCOLL_TOPOLOGY", spec)
+        sub = comm.Dup()
+        for n, options in [(0, {"segment_bytes": 8}), (1, {"segment_bytes": 8}),
+                           (37, {"segment_bytes": 8}), (1001, {"segment_bytes": 40}),
+                           (200_003, {})]:
+            send = data(r, n, "float64")
+            want = np.zeros(n)
+            comm.Allreduce(send, want)
+            got = np.zeros(n)
+            hpccoll.allreduce(sub, send, got, algorithm="rat", options=options)
+            check(got, want, f"rat {spec} {options} n={n}")
+            hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
+            check(send, want, f"rat IN_PLACE {spec} {options} n={n}")
+        sub.Free()
 
 
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
