@@ -394,7 +394,10 @@ READERS: dict[str, Callable[..., Call]] = {
 def check_mpi_takes(values: tuple, method: str, reason: Exception) -> None:
     """Before a call goes to MPI's own collective (for ``reason``): TypeError if one of its
     buffer arguments ``values`` is GPU memory and the MPI library is not GPU-aware (it would
-    read a device pointer as host memory)."""
+    read a device pointer as host memory); where it is, the calling thread waits for the
+    work queued on those buffers' producer streams (:func:`device.buffer_producer`), as
+    hpccoll's own calls do, since MPI reads and writes them at once."""
+    on_device = []
     for value in values:
         buf = value[0] if isinstance(value, (list, tuple)) and value else value
         if buf is None or buf is MPI.IN_PLACE or isinstance(buf, np.ndarray) or \
@@ -405,3 +408,7 @@ def check_mpi_takes(values: tuple, method: str, reason: Exception) -> None:
                             f"a {type(buf).__name__} in GPU memory cannot go to it: the MPI "
                             "library is not GPU-aware (MPIX_Query_cuda_support, or "
                             "HPCCOLL_GPU_AWARE=0); copy the buffer to the host for this call")
+        on_device.append(buf)
+    if on_device:
+        buffers.device.wait_for_producers(on_device, host=True,
+                                          of=buffers.device.buffer_producer)

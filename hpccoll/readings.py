@@ -191,13 +191,15 @@ def _likeness(value: Any) -> Any:
     """What reading a call looks at in an argument, comparable by ``==``: a NumPy array's
     dtype, shape and layout flags; a spec's type, its buffer's likeness and its other items
     as numbers; MPI.IN_PLACE, None, ints, names, ops, datatypes and infos as they are.
-    MISS for anything else (another buffer type: not compared)."""
+    MISS for anything else (another buffer type: not compared), a spec of such a buffer
+    included (a device array in a spec must be checked again: check_mpi_takes)."""
     if type(value) is _NDARRAY:
         flags = value.flags
         return value.dtype, value.shape, flags.c_contiguous, flags.f_contiguous, \
             flags.writeable
     if type(value) is list or type(value) is tuple:
-        return type(value), _likeness(value[0]), frozen(value[1:])
+        buffer = _likeness(value[0])
+        return MISS if buffer is MISS else (type(value), buffer, frozen(value[1:]))
     if value is None or value is MPI.IN_PLACE or isinstance(value, _PLAIN_VALUES):
         return value
     return MISS

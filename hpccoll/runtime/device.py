@@ -8,20 +8,17 @@ the interface's read-only flag and the device the driver says the memory is on a
 (:func:`read_only`, :func:`device_id`).  Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) is
 a device like any other here: its arrays (which expose no ``__cuda_array_interface__``) are
 recognised by Numba's own types, so they take the real device path, with host memory that any
-MPI can read standing in for GPU memory; that is how the device path is tested on machines
-without a GPU.
+MPI can read standing in for GPU memory; that is how the device path is tested without a GPU.
 
 The kernels that reduce and pack on the device are Numba CUDA kernels generated per op from the
 scalar definitions the host kernels use (:func:`hpccoll.runtime.kernels.combine`), cached on
 disk like the host kernels.  hpccoll's copies and kernels run on its own stream
-(:func:`stream`) and wait for that stream only, so MPI never reads memory a kernel is still
-writing and the user's work on other streams goes on; adapted arrays are bound to the default
+(:func:`stream`) and wait for that stream only; adapted arrays are bound to the default
 stream, so no Numba operation on them runs on the producer's stream by accident.  A call
 starts after the work queued on its buffers' producers' streams (:func:`producer`), through an
 event recorded there (:func:`wait_for_producers`), never a whole-device synchronize.
-Scratch, staging and the mover's tables come from pools (:mod:`.pool`), not from an allocation
-and a device-synchronising free per call; staging copies only the regions a call reads and
-writes (:func:`to_host`, :func:`to_device`).
+Scratch, staging and the mover's tables come from pools (:mod:`.pool`); staging copies only
+the regions a call reads and writes (:func:`to_host`, :func:`to_device`).
 """
 
 from __future__ import annotations
@@ -202,17 +199,28 @@ def producer(array: Any) -> Any:
     return getattr(array, PRODUCER, array.stream)
 
 
-def wait_for_producers(arrays: Any, host: bool) -> None:
+def buffer_producer(buf: Any) -> Any:
+    """:func:`producer` of a user's device buffer as it is, not adapted (``hpccoll.Comm``'s
+    hand-over to MPI's own collective): a Numba array's own stream, what its interface says
+    (as :func:`as_device` reads it), the legacy default stream for a DLPack-only object."""
+    if is_numba_array(buf):
+        return buf.stream
+    found = cuda_interface(buf)
+    return LEGACY if found is None else _interface_producer(buf, found)
+
+
+def wait_for_producers(arrays: Any, host: bool, of: Callable = producer) -> None:
     """Order what follows after the work queued so far on the producers' streams of
-    ``arrays`` (None entries skipped), and that work only: an event recorded on each
-    distinct producer stream, waited for by hpccoll's stream (its copies and kernels then
-    follow it), or with ``host`` by the calling thread (MPI reads the memory itself).  No
-    whole-device synchronize: the user's work on other streams goes on."""
+    ``arrays`` (None entries skipped; ``of`` says an array's stream), and that work only: an
+    event recorded on each distinct producer stream, waited for by hpccoll's stream (its
+    copies and kernels then follow it), or with ``host`` by the calling thread (MPI reads
+    the memory itself).  No whole-device synchronize: the user's work on other streams goes
+    on."""
     seen: list[Any] = []
     for array in arrays:
         if array is None:
             continue
-        source = producer(array)
+        source = of(array)
         if source is None or any(source is s or source == s for s in seen):
             continue
         seen.append(source)
@@ -304,10 +312,6 @@ def borrowed(array: Any) -> Any:
     return from_interface(interface(flat), owner=None)
 
 
-def _device_block(nbytes: int) -> Any:
-    return _cuda().device_array(nbytes, np.uint8)
-
-
 def _device_view(at: int, count: int, dtype: np.dtype, owner: Any) -> Any:
     return from_interface({"shape": (count,), "typestr": dtype.str, "strides": None,
                            "data": (at, False), "version": 3}, owner)
@@ -321,14 +325,11 @@ def _empty_device(count: int, dtype: np.dtype) -> Any:
     return _cuda().device_array(count, dtype)
 
 
-def _empty_host(count: int, dtype: np.dtype) -> np.ndarray:
-    return np.empty(count, dtype)
-
-
 # device scratch and tables; page-locked host memory for staging (see the module doc)
-DEVICE_POOL = pool.Pool(_device_block, address, _device_view, _empty_device)
+DEVICE_POOL = pool.Pool(lambda nbytes: _empty_device(nbytes, np.uint8), address,
+                        _device_view, _empty_device)
 PINNED_POOL = pool.Pool(_pinned_block, lambda block: block.ctypes.data, pool.host_view,
-                        _empty_host)
+                        np.empty)
 
 
 def empty(count: int, dtype: np.dtype) -> Any:

@@ -532,6 +532,77 @@ def test_comm_gives_mpi_device_memory_only_where_it_is_gpu_aware(mpi_ranks, comm
         biggest.Free()
 
 
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_comm_hands_mpi_device_memory_after_its_producers_streams(mpi_ranks, comm):
+    """hpccoll.Comm's hand-over to MPI's own collective (a user-defined op, IN_PLACE
+    alltoall, Allgatherv with gaps between the blocks) with a GPU-aware MPI: before MPI
+    reads and writes the device buffers, the calling thread waits for the work queued on
+    their producers' streams (an event recorded on each, once per stream, waited for by the
+    host), as for hpccoll's own calls, and never synchronizes the whole device; every call,
+    the first and the same again.  (Not GPU-aware: a device buffer in a spec like a host
+    buffer's before is refused, not handed to MPI as the repeat of a call MPI served.)"""
+    import hpccoll
+    from hpccoll.runtime import device
+    from mpi4py import MPI
+    from numba import cuda
+    p, r = comm.size, comm.rank
+    n = 512
+    values = data(r, n, "float64")
+    biggest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
+        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
+        out=np.frombuffer(b, np.float64)), commute=True)
+    want = np.empty(n)
+    comm.Allreduce(values, want, op=MPI.MAX)
+    mine = np.arange(2.0 * p) + 10 * r
+    exchanged = mine.copy()
+    comm.Alltoall(MPI.IN_PLACE, exchanged)
+    counts, displs = [3] * p, [5 * q for q in range(p)]          # gaps of 2
+    gathered = np.full(5 * p, -1.0)
+    comm.Allgatherv(values[:3], [gathered, counts, displs, MPI.DOUBLE])
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    try:                    # a spec's device buffer after a host one alike: checked again
+        wrapped = hpccoll.Comm(comm)
+        spread = bytearray(np.full(5 * p, -1.0).tobytes())
+        wrapped.Allgatherv([bytearray(values[:3].tobytes()), MPI.DOUBLE],
+                           [spread, counts, displs, MPI.DOUBLE])
+        assert np.array_equal(np.frombuffer(spread), gathered)
+        with pytest.raises(TypeError, match="not GPU-aware"):
+            wrapped.Allgatherv([dev(values[:3]), MPI.DOUBLE],
+                               [dev(np.full(5 * p, -1.0)), counts, displs, MPI.DOUBLE])
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+    os.environ["HPCCOLL_GPU_AWARE"] = "1"
+    try:
+        wrapped = hpccoll.Comm(comm)
+        with Watched(device._cuda()) as watched:
+            producer, other = cuda.stream(), cuda.stream()
+
+            def waits(*streams):
+                return [step for on in streams for step in (("record", on),
+                                                            "event synchronize")]
+            for again in range(2):
+                source = dev(values).bind(producer)
+                result = dev(np.full(n, 7.0)).bind(other)
+                watched.calls.clear()
+                wrapped.Allreduce(source, result, op=biggest)
+                assert watched.calls == waits(producer, other), (again, watched.calls)
+                assert np.array_equal(host(result), want), again
+                to_all = dev(mine).bind(producer)
+                watched.calls.clear()
+                wrapped.Alltoall(MPI.IN_PLACE, to_all)
+                assert watched.calls == waits(producer), (again, watched.calls)
+                assert np.array_equal(host(to_all), exchanged), again
+                spread = dev(np.full(5 * p, -1.0)).bind(other)
+                watched.calls.clear()
+                wrapped.Allgatherv([dev(values[:3]).bind(producer), MPI.DOUBLE],
+                                   [spread, counts, displs, MPI.DOUBLE])
+                assert watched.calls == waits(producer, other), (again, watched.calls)
+                assert np.array_equal(host(spread), gathered), again
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+        biggest.Free()
+
+
 @pytest.mark.mpi(ranks=[1], timeout=120)
 def test_gpu_aware_detection_and_override(mpi_ranks, comm, caplog):
     from mpi4py import MPI

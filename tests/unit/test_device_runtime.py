@@ -228,6 +228,32 @@ def test_a_call_waits_for_its_producers_streams_by_events_never_the_whole_device
                           ("record", "default", False), "event synchronize"]
 
 
+def test_the_buffers_mpis_own_call_takes_are_waited_for_on_their_producers_streams(
+        cuda, monkeypatch):
+    """hpccoll.Comm's hand-over to MPI's own collective: the user's buffers as they are (not
+    adapted) name their producers' streams as adapted ones do -- the interface's stream key,
+    PyTorch's current stream, the legacy default stream where an interface says nothing or
+    the object exports only DLPack -- and the host waits on an event recorded on each."""
+    class Torch:
+        class cuda:
+            @staticmethod
+            def current_stream(where):
+                return type("Stream", (), {"cuda_stream": 0xbeef})()
+    monkeypatch.setitem(sys.modules, "torch", Torch)
+
+    class DLPackOnly:
+        def __dlpack_device__(self):
+            return (2, 0)
+    silent = {k: v for k, v in INTERFACE.items() if k != "stream"}
+    given = [Detached(INTERFACE), TorchTensor(silent), Detached(silent), DLPackOnly(),
+             Detached({**INTERFACE, "stream": None})]
+    assert [device.buffer_producer(b) for b in given] == [7, 0xbeef, 1, 1, None]
+    device.wait_for_producers(given, host=True, of=device.buffer_producer)
+    assert cuda.calls == [("record", 7, False), "event synchronize",
+                          ("record", 0xbeef, False), "event synchronize",
+                          ("record", "legacy", False), "event synchronize"]
+
+
 def test_hpccolls_launches_do_not_warn_of_low_occupancy_and_leave_the_filters(cuda):
     before = list(warnings.filters)
     with warnings.catch_warnings(record=True) as caught:
