@@ -17,9 +17,16 @@
    tree; ``alltoall-topology-large``: 256 on the grids, ``alltoall-topology-1024``: 1,024
    on a torus and a fat tree, the log-round and mesh algorithms), and the traffic by level
    of each algorithm.
+5. "Swing: Short-cutting Rings for Higher Bandwidth Allreduce" (``swing-torus``): Swing's
+   allreduces against ring, recursive doubling and Rabenseifner on 8x8 and 16x16 tori.
+6. "Bine Trees: Enhancing Collective Operations by Optimizing Communication Locality"
+   (``bine-locality``): Bine broadcast, allgather and allreduce against binomial trees and
+   recursive doubling on a dragonfly and a fat tree, time and bytes by link level.
+7. NCCL 2.23's PAT (``pat-scale``): the allgather at 64-256 ranks of one GPU a node against
+   ring and Bruck.
 
 Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp|alltoall-topology|
-alltoall-topology-large|alltoall-topology-1024 ...] (the first three by default; needs SimGrid:
+alltoall-topology-large|alltoall-topology-1024|swing-torus|bine-locality|pat-scale ...] (the first three by default; needs SimGrid:
 scripts/install-sim.sh).  Prints markdown.
 """
 
@@ -29,6 +36,7 @@ import math
 import statistics
 import sys
 import time
+from typing import Any
 
 from hpccoll.sim.native import select
 from hpccoll.sim.platform import build
@@ -250,10 +258,113 @@ def alltoall_topology_1024() -> str:
                   (["torus:dims=32x32", "fattree:k=16"], ["mesh"], [8, 1 << 20])])
 
 
+def compare(collective: str, spec: str, runs: list[tuple[str, str, tuple]],
+            sizes: list[int], new: set[str]) -> str:
+    """One platform: every run's (label, algorithm, planner options) simulated time at each
+    size (us, the fastest in bold), the fastest of the labels in ``new`` against the fastest
+    of the others (baseline / new: above 1 where a new algorithm wins), then, at the largest
+    size, each run's traffic by level (MB; ``links``: bytes x links crossed at that level;
+    ``reach``: bytes of the messages whose route climbs no higher) and busiest link."""
+    target = build(spec)
+    began = time.perf_counter()
+    rows: dict[tuple[str, int], Any] = {}
+    loads: dict[str, Any] = {}
+    by_options: dict[tuple, list[tuple[str, str]]] = {}
+    for label, name, options in runs:
+        by_options.setdefault(options, []).append((label, name))
+    for options, named in by_options.items():
+        results, _, traffic = measured(collective, [n for _, n in named], target, sizes,
+                                       "float32", options=options)
+        label_of = {n: label for label, n in named}
+        for result, load in zip(results, traffic):
+            rows[label_of[result.algorithm], result.bytes] = result
+            if result.bytes == max(sizes):
+                loads[label_of[result.algorithm]] = load
+    wall = time.perf_counter() - began
+    labels = [label for label, _, _ in runs]
+    out = [f"#### `{spec}` ({target.ranks} ranks), {collective}\n",
+           "| bytes | " + " | ".join(labels) + " | baseline / new |",
+           "|---:|" + "---:|" * (len(labels) + 1)]
+    for size in sorted({b for _, b in rows}):
+        times = {label: rows[label, size].time_us for label in labels}
+        best = min(times, key=times.get)
+        cells = [f"**{_fmt_us(times[a])}**" if a == best else _fmt_us(times[a])
+                 for a in labels]
+        ratio = (min(t for a, t in times.items() if a not in new)
+                 / min(t for a, t in times.items() if a in new))
+        out.append(f"| {size:,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    levels = list(next(iter(loads.values())).reach)
+    out.append(f"\n(times in us; {wall:.0f} s)\n\nTraffic at {max(sizes):,} B (MB):\n")
+    out.append("| algorithm | " + " | ".join(f"links {n}" for n in levels) + " | "
+               + " | ".join(f"reach {n}" for n in levels) + " | busiest link |")
+    out.append("|---|" + "---:|" * (2 * len(levels) + 1))
+    for label in labels:
+        load = loads[label]
+        out.append(f"| {label} | " + " | ".join(f"{load.link_bytes[n] / 1e6:,.1f}"
+                                                for n in levels) + " | "
+                   + " | ".join(f"{load.reach[n] / 1e6:,.1f}" for n in levels)
+                   + f" | {load.busiest / 1e6:,.2f} |")
+    print(f"<!-- {spec} {collective} done in {wall:.0f} s -->", file=sys.stderr, flush=True)
+    return "\n".join(out) + "\n"
+
+
+SIZES_32B_128MIB = [32, 1 << 10, 32 << 10, 1 << 20, 16 << 20, 128 << 20]
+
+
+def swing_torus() -> str:
+    """"Swing: Short-cutting Rings for Higher Bandwidth Allreduce": the allreduce on 2-D
+    tori, Swing (bandwidth- and latency-optimal forms, and the torus form running one
+    instance per dimension and direction) against ring, recursive doubling and Rabenseifner,
+    32 B - 128 MiB."""
+    tables = []
+    for dims in ("8x8", "16x16"):
+        runs = [("ring", "ring", ()), ("recursive_doubling", "recursive_doubling", ()),
+                ("rabenseifner", "rabenseifner", ()), ("swing", "swing", ()),
+                ("swing_latency", "swing_latency", ()),
+                (f"swing dims={dims}", "swing", (("dims", dims),))]
+        tables.append(compare("allreduce", f"torus:dims={dims}", runs, SIZES_32B_128MIB,
+                              {"swing", "swing_latency", f"swing dims={dims}"}))
+        print(tables[-1], flush=True)
+    return "(the tables above)"
+
+
+BINE_PLATFORMS = ["dragonfly:groups=8,routers=8,hosts=2", "fattree:k=8"]
+
+
+def bine_locality() -> str:
+    """"Bine Trees: Enhancing Collective Operations by Optimizing Communication Locality":
+    Bine broadcast against the binomial tree, Bine allgather and allreduce against recursive
+    doubling (and Rabenseifner), 128 ranks on a dragonfly and a fat tree, with the bytes on
+    each level's links (global links on the dragonfly, core links on the fat tree); vectors
+    of 32 B - 16 MiB, allgather blocks of 32 B - 1 MiB a rank."""
+    sizes = [32, 32 << 10, 1 << 20, 16 << 20]
+    studies = [("bcast", ["binomial", "bine"]),
+               ("allgather", ["recursive_doubling", "bine"]),
+               ("allreduce", ["recursive_doubling", "rabenseifner", "bine"])]
+    for spec in BINE_PLATFORMS:
+        for collective, names in studies:
+            print(compare(collective, spec, [(n, n, ()) for n in names],
+                          sizes[:-1] if collective == "allgather" else sizes, {"bine"}),
+                  flush=True)
+    return "(the tables above)"
+
+
+def pat_scale() -> str:
+    """NCCL 2.23's PAT: the allgather at 64, 128 and 256 ranks of one GPU a node (the case
+    NCCL made PAT for), against ring and Bruck's allgather, blocks of 32 B to 1 MiB a rank."""
+    for nodes in (64, 128, 256):
+        print(compare("allgather", f"cluster:nodes={nodes},ppn=1,nics=1",
+                      [(n, n, ()) for n in ("ring", "bruck", "pat")],
+                      [32, 32 << 10, 1 << 20], {"pat"}),
+              flush=True)
+    return "(the tables above)"
+
+
 STUDIES = {"rat-oversubscription": rat_oversubscription, "rat-failures": rat_failures,
            "tasp": tasp, "alltoall-topology": alltoall_topology,
            "alltoall-topology-large": alltoall_topology_large,
-           "alltoall-topology-1024": alltoall_topology_1024}
+           "alltoall-topology-1024": alltoall_topology_1024, "swing-torus": swing_torus,
+           "bine-locality": bine_locality, "pat-scale": pat_scale}
 DEFAULT = ["rat-oversubscription", "rat-failures", "tasp"]
 
 
