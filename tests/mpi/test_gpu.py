@@ -157,6 +157,72 @@ def test_inputs_made_on_other_streams_and_the_issue_34_cases(mpi_ranks, comm):
             del os.environ["HPCCOLL_GPU_AWARE"]
 
 
+class ReadOnly:
+    """A device array's memory behind an interface that says it is read-only."""
+
+    def __init__(self, array):
+        from hpccoll.runtime import device
+        self.array = array
+        found = dict(device.interface(numba_view(array)))
+        self.__cuda_array_interface__ = {**found, "data": (found["data"][0], True)}
+
+
+@pytest.mark.mpi(ranks=[2], timeout=300)
+def test_streamed_read_only_and_mpis_own_call_on_gpu_memory(mpi_ranks, comm):
+    """Item 2 of issue 34: allgather_stream on staged device arrays: each yielded slice is
+    final on the device when it is yielded.  Item 6: a read-only receive buffer is refused,
+    not written.  hpccoll.Comm's hand-over to MPI's own collective (a user-defined op) on
+    GPU-aware managed memory gives MPI's result once the work on the input's producer stream
+    (a CuPy non-blocking stream still computing it) is done."""
+    import hpccoll
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    n = 1 << 16
+    block = data(r, n, "float32")
+    want = np.zeros(n * p, np.float32)
+    comm.Allgather(block, want)
+    os.environ["HPCCOLL_GPU_AWARE"] = "0"
+    try:
+        staged = comm.Dup()
+        for memory in _libraries():
+            gathered = memory.to_gpu(np.zeros(n * p, np.float32))
+            for arrived in hpccoll.allgather_stream(staged, memory.to_gpu(block), gathered):
+                now = memory.to_host(gathered)
+                for _, where in arrived:
+                    assert np.array_equal(now[where], want[where]), (memory.name, where)
+            frozen = ReadOnly(memory.to_gpu(np.full(n, 7, np.float32)))
+            with pytest.raises(ValueError, match="recvbuf is read-only"):
+                hpccoll.allreduce(staged, memory.to_gpu(block), frozen, algorithm="ring")
+            assert np.all(memory.to_host(frozen.array) == 7), memory.name
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+    biggest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
+        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
+        out=np.frombuffer(b, np.float64)), commute=True)
+    most = np.zeros(n)
+    comm.Allreduce(np.full(n, float(r + 1)), most, op=MPI.MAX)
+    os.environ["HPCCOLL_GPU_AWARE"] = "1"
+    try:
+        wrapped = hpccoll.Comm(comm.Dup())
+        managed = _managed()
+        result = managed.to_gpu(np.zeros(n))
+        made = managed.to_gpu(np.zeros(n))
+        if REHEARSAL:
+            managed.fill(made, np.full(n, float(r + 1)))
+            wrapped.Allreduce(made, result, op=biggest)
+        else:
+            import cupy
+            with cupy.cuda.Stream(non_blocking=True):
+                for _ in range(50):                  # long enough to be still running
+                    made += (r + 1) / 50
+                cupy.rint(made, out=made)
+                wrapped.Allreduce(made, result, op=biggest)
+        assert np.array_equal(managed.to_host(result), most)
+    finally:
+        del os.environ["HPCCOLL_GPU_AWARE"]
+        biggest.Free()
+
+
 @pytest.mark.mpi(ranks=[2], timeout=300)
 def test_a_call_does_not_wait_for_work_on_other_streams(mpi_ranks, comm):
     """Item 8 of issue 34: a call waits for the stream that produced its buffers, not for the
