@@ -3,12 +3,17 @@
 MPI tests are launched by pytest-isolate-mpi (``@pytest.mark.mpi(ranks=[...])``): each test
 function runs as its own ``mpiexec`` job, so one function checks many cases.  The machine
 has fewer cores than the largest rank counts, so MPICH is told to yield while it waits.
+Each rank of a launch runs a pytest session of its one test: hypothesis's pytest plugin
+(about 1 s of imports a rank, and no MPI test uses hypothesis) is left out of those.
 """
 
 import os
 
 os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 os.environ.setdefault("HPCCOLL_TIMEOUT", "60")
+if "no:hypothesispytest" not in os.environ.get("PYTEST_ADDOPTS", ""):
+    os.environ["PYTEST_ADDOPTS"] = " ".join(
+        filter(None, [os.environ.get("PYTEST_ADDOPTS"), "-p no:hypothesispytest"]))
 
 
 def pytest_configure(config):
