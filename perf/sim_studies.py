@@ -20,14 +20,15 @@
 5. "Swing: Short-cutting Rings for Higher Bandwidth Allreduce" (``swing-torus``): Swing's
    allreduces against ring, recursive doubling and Rabenseifner on 8x8 and 16x16 tori.
 6. "Bine Trees: Enhancing Collective Operations by Optimizing Communication Locality"
-   (``bine-locality``): Bine broadcast, allgather and allreduce against binomial trees and
-   recursive doubling on a dragonfly and a fat tree, time and bytes by link level.
+   (``bine-locality``): Bine broadcast, reduce, allgather, reduce-scatter and allreduce
+   against binomial trees and recursive doubling / halving on a dragonfly and a fat tree,
+   time and bytes by link level.
 7. NCCL 2.23's PAT (``pat-scale``): the allgather at 64-256 ranks of one GPU a node against
    ring and Bruck.
 
 Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp|alltoall-topology|
-alltoall-topology-large|alltoall-topology-1024|swing-torus|bine-locality|pat-scale ...] (the first three by default; needs SimGrid:
-scripts/install-sim.sh).  Prints markdown.
+alltoall-topology-large|alltoall-topology-1024|swing-torus|bine-locality|pat-scale ...]
+(the first three by default; needs SimGrid: scripts/install-sim.sh).  Prints markdown.
 """
 
 from __future__ import annotations
@@ -333,13 +334,15 @@ BINE_PLATFORMS = ["dragonfly:groups=8,routers=8,hosts=2", "fattree:k=8"]
 
 def bine_locality() -> str:
     """"Bine Trees: Enhancing Collective Operations by Optimizing Communication Locality":
-    Bine broadcast against the binomial tree, Bine allgather and allreduce against recursive
-    doubling (and Rabenseifner), 128 ranks on a dragonfly and a fat tree, with the bytes on
-    each level's links (global links on the dragonfly, core links on the fat tree); vectors
-    of 32 B - 16 MiB, allgather blocks of 32 B - 1 MiB a rank."""
+    Bine broadcast and reduce against the binomial tree, Bine allgather, reduce-scatter and
+    allreduce against recursive doubling / halving (and Rabenseifner), 128 ranks on a
+    dragonfly and a fat tree, with the bytes on each level's links (global links on the
+    dragonfly, core links on the fat tree); vectors of 32 B - 16 MiB, allgather blocks of
+    32 B - 1 MiB a rank."""
     sizes = [32, 32 << 10, 1 << 20, 16 << 20]
-    studies = [("bcast", ["binomial", "bine"]),
+    studies = [("bcast", ["binomial", "bine"]), ("reduce", ["binomial", "bine"]),
                ("allgather", ["recursive_doubling", "bine"]),
+               ("reduce_scatter", ["recursive_halving", "bine"]),
                ("allreduce", ["recursive_doubling", "rabenseifner", "bine"])]
     for spec in BINE_PLATFORMS:
         for collective, names in studies:
