@@ -41,7 +41,6 @@ POINTER_DEVICE_ORDINAL = 9           # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
 # float16 reductions: Numba's CUDA float16 arithmetic lacks MIN/MAX and the simulator's
 # float16 differs from NumPy's rounding, so device reductions exclude it (staging reduces it)
-REDUCED_KINDS = "iufcb"
 UNREDUCED_DTYPES = (np.dtype(np.float16),)
 # the __cuda_array_interface__'s stream handles of the default streams (0: Numba's default)
 NUMBA_DEFAULT, LEGACY, PER_THREAD = 0, 1, 2
@@ -122,14 +121,15 @@ def available() -> bool:
 
 
 def device_id(buf: Any) -> int:
-    """The CUDA device of ``buf``'s memory: DLPack's where the object says, else the
-    driver's answer for its address (:func:`pointer_device`): a Numba array made while
-    another device was current is on that one."""
+    """The CUDA device of ``buf``'s memory: the driver's answer for its address
+    (:func:`pointer_device`; a Numba array made while another device was current is on
+    that one, and the simulator's give their host memory's DLPack), else DLPack's."""
+    if is_numba_array(buf):
+        return pointer_device(interface(buf)["data"][0])
     dlpack_device = getattr(buf, "__dlpack_device__", None)
     if dlpack_device is not None:
         return int(dlpack_device()[1])
-    found = interface(buf) if is_numba_array(buf) else cuda_interface(buf)
-    return pointer_device(found["data"][0])
+    return pointer_device(cuda_interface(buf)["data"][0])
 
 
 def pointer_device(at: int) -> int:

@@ -302,6 +302,15 @@ def test_the_device_of_memory_is_the_drivers_answer_for_its_address(monkeypatch)
     assert device.device_id(Detached(elsewhere)) == 0       # unknown to the driver: current
     assert device.device_id(Detached({**INTERFACE, "data": (0, False)})) == 0
 
+    class NumbaArray:
+        """A Numba array whose DLPack is not its memory's device (the simulator's arrays
+        forward ``__dlpack_device__`` to their host memory: CPU, device 0)."""
+        def __dlpack_device__(self):
+            return (1, 0)
+    monkeypatch.setattr(device, "is_numba_array", lambda buf: isinstance(buf, NumbaArray))
+    monkeypatch.setattr(device, "interface", lambda array: INTERFACE)
+    assert device.device_id(NumbaArray()) == 3
+
 
 def host_pool(cap=pool.CAP):
     made = []
