@@ -3,7 +3,8 @@ then the replay alone (platform built in SimGrid and the job run, in this proces
 
     python perf/sim_speed.py PLATFORM COLLECTIVE ALGORITHM BYTES [actor]
 
-``actor``: the controller actor's driver (the one --pause uses) instead of SimGrid tasks.
+``actor``: the Python controller with its actor (the one --pause uses) instead of the
+compiled controller.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""How the replay's controller (:class:`hpccoll.sim.replay.Ranks`) starts SimGrid activities
-and learns that they are over: two drivers of one interface.
+"""How the Python controller (:class:`hpccoll.sim.replay.Ranks`) starts SimGrid activities
+and learns that they are over: two drivers of one interface.  A replay without ``--pause``
+runs in the compiled controller instead (:mod:`hpccoll.sim.compiled`), which gives the same
+times (tests/unit/test_sim.py) with no Python per transfer.
 
 ``compute(rank, flops, token)`` runs ``flops`` on the rank's host, ``transfer(src, dst,
 nbytes, token)`` sends a message between two ranks' hosts, and each calls the controller's
 ``done(token)`` when its activity ends, at that simulated time; ``run()`` runs the job.
 
-- :class:`Tasks` (the default) drives SimGrid from its own scheduler: every activity is a
+- :class:`Tasks` (the replay's driver before the compiled controller; perf/sim_link_check.py
+  still starts its flows with it) drives SimGrid from its own scheduler: every activity is a
   SimGrid ``Task`` whose completion calls back into Python, with no actor, so no thread
   switch per simcall and no wait over every activity in flight (a set of n activities costs
   O(n) per ``wait_any``).  Tasks are reused: a pool of idle ``CommTask`` (their ends and size

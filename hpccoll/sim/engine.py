@@ -1,6 +1,7 @@
 """Finding and starting SimGrid (the optional ``sim`` extra, built by scripts/install-sim.sh).
 
-SimGrid's Python module needs ``libsimgrid.so``, which pip installs beside it in
+The replay runs in a compiled controller (:func:`controller`, hpccoll/sim/controller.cpp)
+linked against the same library.  SimGrid's Python module needs ``libsimgrid.so``, which pip installs beside it in
 site-packages, a folder the dynamic loader does not search: :func:`load` loads the library
 itself first (so no ``LD_LIBRARY_PATH`` is needed).  SimGrid keeps one engine per process, so
 each simulation runs in a forked child (:func:`in_child`) that makes its engine, runs, and
@@ -19,9 +20,10 @@ import traceback
 from types import ModuleType
 from typing import Any, Callable
 
-INSTALL = ("hpccoll simulate needs the SimGrid simulator: in hpccoll's venv run "
-           "`bash scripts/install-sim.sh` from hpccoll's source tree (about 10 minutes: it "
-           "builds SimGrid 4.1; `pip install '.[sim]'` is then satisfied)")
+INSTALL = ("hpccoll simulate needs the SimGrid simulator and hpccoll's compiled controller "
+           "for it: in hpccoll's venv run `bash scripts/install-sim.sh` from hpccoll's source "
+           "tree (about 10 minutes: it builds SimGrid 4.1, then the controller; with SimGrid "
+           "there, the controller alone in under a minute)")
 # the flow model that equals alpha-beta on free links and shares a link max-min fairly;
 # a message's rate is not limited by a TCP window (a GPU fabric has none).  The sharing is
 # solved in full at every event (network/optim:Full): SimGrid's default lazy update left a
@@ -64,9 +66,20 @@ def load() -> ModuleType:
     return simgrid
 
 
+def controller() -> ModuleType:
+    """The replay's compiled controller (``hpccoll_sim_controller``, built from
+    hpccoll/sim/controller.cpp by scripts/install-sim.sh beside ``libsimgrid.so``)."""
+    load()
+    try:
+        import hpccoll_sim_controller
+    except ImportError as error:
+        raise SimulatorMissing(f"{INSTALL} ({error})") from None
+    return hpccoll_sim_controller
+
+
 def available() -> bool:
     try:
-        load()
+        controller()
     except SimulatorMissing:
         return False
     return True

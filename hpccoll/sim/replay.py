@@ -28,8 +28,9 @@ from typing import Any
 
 from .. import registry
 from ..collectives import spec
-from ..schedule import Copy, Program, Reduce, Step
-from . import drive, engine, native, network
+from ..schedule import Program, Step
+from . import compiled, drive, engine, native, network
+from .compiled import local_seconds
 from .platform import Platform
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
@@ -110,17 +111,6 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
     return [planner(call) for call in calls]
 
 
-def _work(ops: Any, itemsize: int, platform: Platform) -> float:
-    """Seconds of local copies and reductions (the cost model's rates)."""
-    seconds = 0.0
-    for op in ops:
-        if isinstance(op, Reduce):
-            seconds += op.dst.count * itemsize * len(op.srcs) / platform.machine.reduce_bandwidth
-        elif isinstance(op, Copy):
-            seconds += op.dst.count * itemsize / platform.machine.copy_bandwidth
-    return seconds
-
-
 class Ranks:
     """The controller of one replay (see the module doc): every rank's progress through its
     program; it starts activities through a driver (:mod:`hpccoll.sim.drive`) and is told of
@@ -180,7 +170,7 @@ class Ranks:
         s = self.step[rank]
         step = self.progs[rank].steps[s]
         self.post(rank, s, step)
-        self.compute(rank, _work(step.local, self.itemsize, self.platform))
+        self.compute(rank, local_seconds(step.local, self.itemsize, self.platform))
         if self.pending[rank] == 0:
             self.enter(rank)
 
@@ -195,7 +185,7 @@ class Ranks:
         for recv in step.recvs:
             count, work = recvs.get(recv.peer, (0, 0.0))
             recvs[recv.peer] = (count + recv.count,
-                                work + _work(recv.on_arrival, self.itemsize, self.platform))
+                                work + local_seconds(recv.on_arrival, self.itemsize, self.platform))
         for peer, count in sends.items():
             self._meet((rank, peer, s), 1, count, 0.0)
         for peer, (count, work) in recvs.items():
@@ -307,10 +297,16 @@ def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[in
     sg = engine.load()
     simulation = engine.engine()
     hosts, ends = network.build(sg, simulation, platform, SPEED)
-    driver = drive.Actor(sg, simulation, hosts, pause, ends) if pause is not None else \
-        drive.Tasks(sg, simulation, hosts, ends)
     times: list[float] = []
     transfers = 0
+    if pause is None:             # the compiled controller
+        named = compiled.Hosts(hosts, ends)
+        for progs, itemsize in zip(plans, itemsizes):
+            seconds, moved = compiled.run(platform, progs, itemsize, named, SPEED)
+            times.append(seconds)
+            transfers += moved
+        return Replayed(times, transfers, time.perf_counter() - began)
+    driver = drive.Actor(sg, simulation, hosts, pause, ends)
     for progs, itemsize in zip(plans, itemsizes):
         ranks = Ranks(driver, simulation, platform, progs, itemsize)
         driver.run(ranks)

@@ -237,8 +237,8 @@ def test_every_link_slower_slows_every_transfer(simgrid):
 def test_every_algorithm_replays_to_its_end(simgrid, collective):
     """Every registered algorithm that applies, on an uneven 2 x 3 cluster: the replay ends
     (no rank waits for a message never sent; csc's node barriers meet), no faster than its
-    busiest link allows, and in the same time under both drivers (SimGrid tasks fired from
-    callbacks; the controller actor that --pause needs, here pausing no node)."""
+    busiest link allows, and in the same time under both controllers (the compiled one, and
+    the Python one with the controller actor that --pause needs, here pausing no node)."""
     p = build("cluster:nodes=2,ppn=3,fabric=switch")
     call_names = [a.name for a in registry.algorithms(collective) if a.name != registry.NATIVE]
     from hpccoll.collectives import spec
@@ -252,6 +252,27 @@ def test_every_algorithm_replays_to_its_end(simgrid, collective):
     for r, a in zip(tasks, actor):
         assert r.time_us > size / 64e9 * 1e6 * (0.5 if collective == "bcast" else 0.2), r
         assert r.time_us == pytest.approx(a.time_us, rel=1e-9), (r.algorithm, r, a)
+
+
+@pytest.mark.parametrize("spec_text", ["spineleaf:spines=2,leaves=2,hosts=4",
+                                       "torus:dims=4x4", "mesh:dims=4x2", "fattree:k=4",
+                                       "dragonfly:groups=3,routers=3,hosts=2"])
+def test_compiled_controller_gives_the_python_controllers_times_on_every_fabric(simgrid,
+                                                                                 spec_text):
+    """The compiled controller against the Python one (its actor, pausing no node) on the
+    fabrics whose transfers run between other hosts than the ranks' own (spine-leaf planes)
+    or over SimGrid's own zones: the same simulated times, and the same transfer count."""
+    from hpccoll.sim.replay import Pause, replay, plan
+    p = build(spec_text)
+    jobs = [("allreduce", name, 1 << 18, 4) for name in ("ring", "recursive_doubling",
+                                                          "rabenseifner")]
+    jobs.append(("alltoall", "bruck", 1 << 12, 4))
+    plans = plan(p, jobs)
+    fast = replay(p, plans, [4] * len(plans))
+    python = replay(p, plans, [4] * len(plans), Pause(0, 1.0))
+    assert fast.transfers == python.transfers > 0
+    assert fast.times == pytest.approx(python.times, rel=1e-9)
+    assert all(t > 0 for t in fast.times)
 
 
 def test_native_and_unknown_algorithms_are_refused_before_simulating(simgrid):
