@@ -1,8 +1,8 @@
 """Finding and starting SimGrid (the optional ``sim`` extra, built by scripts/install-sim.sh).
 
 The replay runs in a compiled controller (:func:`controller`, hpccoll/sim/controller.cpp)
-linked against the same library.  SimGrid's Python module needs ``libsimgrid.so``, which pip installs beside it in
-site-packages, a folder the dynamic loader does not search: :func:`load` loads the library
+linked against the same library.  SimGrid's Python module needs ``libsimgrid.so``, which pip
+installs beside it in site-packages, a folder the dynamic loader does not search: :func:`load` loads the library
 itself first (so no ``LD_LIBRARY_PATH`` is needed).  SimGrid keeps one engine per process, so
 each simulation runs in a forked child (:func:`in_child`) that makes its engine, runs, and
 sends back its result.
