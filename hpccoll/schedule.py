@@ -185,12 +185,18 @@ def offsets(counts: Iterable[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def even_split(n: int, parts: int) -> tuple[int, ...]:
-    """``n`` split into ``parts`` counts differing by at most one (larger ones first)."""
+def even_part(n: int, parts: int, i: int) -> tuple[int, int]:
+    """(offset, count) of part ``i`` of ``n`` elements split into ``parts`` counts differing
+    by at most one, the larger ones first (``np.array_split``'s split): the one even split
+    of the package (:func:`even_split`, multiring's chunks, the workloads' shards)."""
     base, extra = divmod(n, parts)
-    return tuple(base + (i < extra) for i in range(parts))
+    return i * base + min(i, extra), base + (i < extra)
 
 
+def even_split(n: int, parts: int) -> tuple[int, ...]:
+    """``n`` split into ``parts`` counts differing by at most one (larger ones first):
+    the counts of :func:`even_part`."""
+    return tuple(even_part(n, parts, i)[1] for i in range(parts))
 
 
 def one_rank(source: Region, result: Region) -> Program:

@@ -40,8 +40,8 @@ from typing import Callable, Sequence
 from ..hamiltonian import Cycle, decompose, decompose_multinode
 from ..registry import Cost, Option, register
 from ..schedule import (SCRATCH, Call, Program, Region, allgather_blocks, allgather_from_input,
-                        blocks, one_rank, parallel, reduce_scatter_blocks, relabel, segment_count,
-                        sequence, vector_blocks)
+                        blocks, even_part, one_rank, parallel, reduce_scatter_blocks, relabel,
+                        segment_count, sequence, vector_blocks)
 from .ring import SEGMENTS, ring_allgather, ring_reduce_scatter
 
 DECOMPOSITION = Option("decomposition", "'topology' or 'flat'", "'topology'",
@@ -71,9 +71,8 @@ def multiring_cycles(call: Call) -> tuple[Cycle, ...]:
 
 
 def _chunk(block: Region, k: int, c: int) -> Region:
-    """Chunk c of ``block`` cut into k chunks by ``even_split`` (larger ones first)."""
-    base, extra = divmod(block.count, k)
-    return block.sub(c * base + min(c, extra), base + (c < extra))
+    """Chunk c of ``block`` cut into k chunks by ``even_part`` (larger ones first)."""
+    return block.sub(*even_part(block.count, k, c))
 
 
 def _cycles_in_use(k: int, largest_block: int) -> int:

@@ -32,19 +32,26 @@ from mpi4py import MPI
 from ..context import check_comm, context
 from ..hamiltonian import decompose
 from ..runtime.agreement import gather_objects
+from ..schedule import even_part, even_split
 
 LAYOUTS = ("contiguous", "zigzag", "tasp")
 
 
 def split_counts(length: int, parts: int) -> list[int]:
     """The sizes of ``np.array_split(range(length), parts)``: the first ``length % parts``
-    parts one longer."""
-    base, extra = divmod(length, parts)
-    return [base + (i < extra) for i in range(parts)]
+    parts one longer (:func:`hpccoll.schedule.even_split`)."""
+    return list(even_split(length, parts))
+
+
+def _parts(array: np.ndarray, parts: int) -> list[np.ndarray]:
+    """``np.array_split(array, parts)``: views of the :func:`~hpccoll.schedule.even_part`
+    parts."""
+    return [array[at:at + count]
+            for at, count in (even_part(len(array), parts, i) for i in range(parts))]
 
 
 def _chunks(length: int, parts: int) -> list[np.ndarray]:
-    return np.array_split(np.arange(length), parts)
+    return _parts(np.arange(length), parts)
 
 
 def positions(length: int, ranks: int, layout: str) -> list[np.ndarray]:
@@ -57,8 +64,7 @@ def positions(length: int, ranks: int, layout: str) -> list[np.ndarray]:
         return [np.concatenate((chunks[r], chunks[2 * ranks - 1 - r])) for r in range(ranks)]
     if layout == "tasp":
         chunks, cycles = _chunks(length, 2 * ranks), len(decompose(ranks))
-        return [_interleaved(np.array_split(chunks[r], cycles),
-                             np.array_split(chunks[2 * ranks - 1 - r], cycles))
+        return [_interleaved(_parts(chunks[r], cycles), _parts(chunks[2 * ranks - 1 - r], cycles))
                 for r in range(ranks)]
     raise ValueError(f"unknown layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
 
