@@ -29,8 +29,8 @@ matters when ranks outnumber cores); waiting is the runtime's polling loop
 :class:`~hpccoll.CollectiveTimeout` after ``HPCCOLL_TIMEOUT`` naming the ranks that did not
 arrive), so no rank hangs forever.  Construction errors met on some ranks only (ranks that do
 not share memory, a failed allocation) raise on every rank
-(:func:`~hpccoll.runtime.agreement.agree`); a segment larger than the node's memory, or one
-MPI cannot allocate, is a MemoryError.
+(:func:`~hpccoll.runtime.agreement.fail_together`); a segment larger than the node's memory,
+or one MPI cannot allocate, is a MemoryError.
 
 Validity rule (both classes): the :attr:`result` of a run stays valid on a rank until that
 rank calls the next :meth:`run` (or :meth:`start`); :attr:`local` may be written from the
@@ -66,7 +66,7 @@ from mpi4py import MPI
 
 from . import api, context, registry
 from .runtime import buffers, kernels, window
-from .runtime.agreement import agree
+from .runtime.agreement import fail_together
 from .runtime.progress import CollectiveTimeout, deadline_from, poll, timeout, wait_requests
 from .runtime.window import ALIGN, round_up
 from .schedule import Call
@@ -145,7 +145,7 @@ class _SharedCollective:
         except Exception as exc:     # noqa: BLE001  (an MPI failure becomes everyone's error)
             error = exc
         try:
-            agree(private, error, name)
+            fail_together(private, error, name)
         except Exception:
             self._node.Free()
             raise
@@ -167,7 +167,8 @@ class _SharedCollective:
             error = None
         except Exception as exc:     # noqa: BLE001
             error = exc
-        agree(private, error, f"{name}: allocating the shared segment of {nbytes} bytes")
+        fail_together(private, error,
+                      f"{name}: allocating the shared segment of {nbytes} bytes")
         self._segment.win.Sync()    # the zeroed counters, seen after the agreement
         self._epoch = 0             # node barriers this rank has entered
         self._started = False

@@ -1,12 +1,13 @@
 """Run all p ranks' programs in one process, on real data, without MPI.
 
-:func:`simulate` executes the programs step by step: it matches every send with a receive of
-the same step (in posting order per pair of ranks, as MPI's non-overtaking rule does), checks
-sizes, bounds, reads of unwritten data and the hazards the schedule rules forbid (see
-:mod:`hpccoll.schedule`), and processes arrivals in reverse posting order to expose order
+:func:`run_in_one_process` executes the programs step by step: it matches every send with a
+receive of the same step (in posting order per pair of ranks, as MPI's non-overtaking rule
+does), checks sizes, bounds, reads of unwritten data and the hazards the schedule rules forbid
+(see :mod:`hpccoll.schedule`), and processes arrivals in reverse posting order to expose order
 dependence.  :func:`check_algorithm` builds random calls (uneven counts and zeros included),
-simulates them and compares every rank's output with the collective's definition.  Every
-problem raises :class:`VerificationError` naming the rank, the step and the region.
+runs them so and compares every rank's output with the collective's definition.  Every
+problem raises :class:`VerificationError` naming the rank, the step and the region.  (This is
+no network simulation: that is :mod:`hpccoll.sim`'s SimGrid replay, ``hpccoll simulate``.)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class VerificationError(AssertionError):
 
 @dataclass
 class Report:
-    """What a simulation counted: rounds (steps with transfers), messages, elements sent."""
+    """What a run counted: rounds (steps with transfers), messages, elements sent."""
 
     rounds: int = 0
     messages: int = 0
@@ -39,8 +40,8 @@ _Outbox = dict[tuple[int, int], list[list[int]]]   # (sender, receiver) -> paylo
 
 
 class _Window:
-    """A node's shared segment during a simulation: its data, what is written, and which rank
-    last wrote and read each element in which epoch (epochs are counted by the node's syncs)."""
+    """A node's shared segment during a run: its data, what is written, and which rank last
+    wrote and read each element in which epoch (epochs are counted by the node's syncs)."""
 
     def __init__(self, size: int):
         self.data = [0] * size
@@ -72,7 +73,7 @@ class _Window:
 
 
 class _Rank:
-    """One rank in a simulation: its buffers, what of them is written, the per-step hazard
+    """One rank in a run: its buffers, what of them is written, the per-step hazard
     marks, and the three parts of running a step (:meth:`post`, :meth:`run_local`,
     :meth:`receive`).
 
@@ -317,8 +318,8 @@ def _check_delivered(outbox: _Outbox, s: int) -> None:
                                     "are never received in this step")
 
 
-def simulate(calls: list[Call], programs: list[Program], inputs: list[np.ndarray]
-             ) -> tuple[list[np.ndarray], list[np.ndarray], Report]:
+def run_in_one_process(calls: list[Call], programs: list[Program], inputs: list[np.ndarray]
+                       ) -> tuple[list[np.ndarray], list[np.ndarray], Report]:
     """Run every rank's program; return (recv buffers, their written masks, report).
 
     Each step: the node syncs, every rank posts its receives and sends, runs its local
@@ -370,10 +371,11 @@ def expected_outputs(calls: list[Call], inputs: list[np.ndarray]
 
 def check_calls(algorithm: registry.Algorithm, calls: list[Call],
                 rng: np.random.Generator) -> Report:
-    """Plan, simulate and compare one instance; raise VerificationError on any problem."""
+    """Plan, run (:func:`run_in_one_process`) and compare one instance; raise
+    VerificationError on any problem."""
     programs = [algorithm.planner(c) for c in calls]
     inputs = random_inputs(calls, rng)
-    results, written, report = simulate(calls, programs, inputs)
+    results, written, report = run_in_one_process(calls, programs, inputs)
     for call, got, wrote, (want, defined) in zip(calls, results, written,
                                                  expected_outputs(calls, inputs)):
         where = f"{algorithm.collective}/{algorithm.name}, p={call.p}, rank {call.rank}"

@@ -24,7 +24,7 @@ A level whose regions all have a single sub-region (one rank per node, one node 
 a single rack, ...) has nothing to aggregate and gets no step.  With the A remaining levels
 (the root's level included; A = l + 1 for l oversubscribed levels in the RAT paper's terms)
 and a shard in one segment, the program has 2A steps and the longest dependency chain
-(:func:`hpccoll.traffic.dependency_chain`) is 2A = 2(l+1) message hops: leaf -> level
+(:func:`hpccoll.schedule_analysis.dependency_chain`) is 2A = 2(l+1) message hops: leaf -> level
 aggregators -> root -> ... -> leaf.  Without a topology (or with one region only) A = 1 and
 RAT is the PS exchange below.
 

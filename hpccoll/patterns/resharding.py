@@ -18,8 +18,9 @@ rank r holds ``np.array_split(np.arange(S), N)[r]`` (the first S % N ranks one r
 Agreement.  The ranks do not know each other's shard sizes, so each call first allgathers a
 small int64 description of every rank's array (:func:`_describe`), under the deadline like
 every hpccoll message; every rank checks all of them alike and raises the same ValueError
-(TypeError for a non-array) before the payload moves.  The payload then goes by ``hpccoll.alltoall`` when all blocks are equal (S and H both
-divisible by N), by ``hpccoll.alltoallv`` otherwise, with ``algorithm`` (``auto`` by default).
+(TypeError for a non-array) before the payload moves.  The payload then goes by
+``hpccoll.alltoall`` when all blocks are equal (S and H both divisible by N), by
+``hpccoll.alltoallv`` otherwise, with ``algorithm`` (``auto`` by default).
 
 Copies.  Rank r's block for rank j (TP -> SP) is ``Y_r[..., rows_j, :]``: with no batch axes
 (or one rank) the blocks are already laid end to end in ``Y_r``, which is sent as it is;
@@ -101,7 +102,7 @@ class Runs:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ExchangePlan:
     """One rank's exchange: the collective, its counts and displacements (elements), the
     packing of the send buffer and the unpacking of the receive buffer (None where the input
     is the send buffer, or the receive buffer the result), and the result's shape."""
@@ -185,7 +186,7 @@ def _describe(array: object, axis: int, hidden: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def _plan(table: bytes, rank: int, axis: int, to_sp: bool, algorithm: str) -> Plan:
+def _plan(table: bytes, rank: int, axis: int, to_sp: bool, algorithm: str) -> ExchangePlan:
     """The plan of ``rank`` from the ``table`` of every rank's :func:`_describe` (its bytes,
     one row per rank): pure, the same checks on every rank, so every rank raises the same
     error."""
@@ -243,13 +244,13 @@ def _plan(table: bytes, rank: int, axis: int, to_sp: bool, algorithm: str) -> Pl
                                                      to_sp)
     out = (shape[:ax] + (seq[rank], sum(hid)) + shape[ax + 2:] if to_sp else
            shape[:ax] + (sum(seq), hid[rank]) + shape[ax + 2:])
-    return Plan(collective, tuple(sendcounts), tuple(offsets(sendcounts)), tuple(recvcounts),
-                tuple(offsets(recvcounts)), pack, unpack, out)
+    return ExchangePlan(collective, tuple(sendcounts), tuple(offsets(sendcounts)),
+                        tuple(recvcounts), tuple(offsets(recvcounts)), pack, unpack, out)
 
 
 def _reshard(array: np.ndarray, comm: MPI.Comm, axis: int, hidden: int, to_sp: bool,
              algorithm: str) -> np.ndarray:
-    """The agreement, then pack, exchange and unpack by this rank's :class:`Plan`."""
+    """The agreement, then pack, exchange and unpack by this rank's :class:`ExchangePlan`."""
     from .. import alltoall, alltoallv
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a string, got {type(algorithm).__name__}")

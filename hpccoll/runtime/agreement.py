@@ -4,9 +4,10 @@
 with :func:`~hpccoll.runtime.progress.wait_requests`), so all ranks can take the same decision
 from the same data (check mode's comparison of call signatures, the node window's
 shared-memory check); :func:`gather_objects` does the same for small picklable objects (the
-workloads' shape agreements), as mpi4py's ``allgather`` would but under the deadline.  :func:`agree` is the decision "did every rank succeed": a rank passes
-the error it met, or None, and either every rank returns or every rank raises the first
-failed rank's error.
+workloads' shape agreements), as mpi4py's ``allgather`` would but under the deadline.
+:func:`fail_together` is the decision "did every rank succeed": a rank passes the error it
+met, or None, and either every rank returns or every rank raises the first failed rank's
+error.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from mpi4py import MPI
 
 from .progress import Guard, wait_requests
 
-MESSAGE_BYTES = 400     # error text exchanged by agree()
-# error types kept across ranks by agree() (index 0: no error); any other becomes RuntimeError
+MESSAGE_BYTES = 400     # error text exchanged by fail_together()
+# error types kept across ranks by fail_together() (index 0: no error); any other becomes
+# RuntimeError
 ERROR_TYPES = (None, ValueError, TypeError, MemoryError, RuntimeError)
 
 
@@ -49,7 +51,7 @@ def gather_objects(comm: MPI.Intracomm, mine: Any, what: str,
     return [pickle.loads(joined[s:s + n].tobytes()) for s, n in zip(starts, lengths)]
 
 
-def agree(comm: MPI.Intracomm, error: BaseException | None, what: str) -> None:
+def fail_together(comm: MPI.Intracomm, error: BaseException | None, what: str) -> None:
     """Raise on every rank if ``error`` happened on any: ValueError, TypeError and MemoryError
     stay what they are, anything else becomes RuntimeError, and every rank's message names
     the first failed rank and its error.  Collective over ``comm``."""

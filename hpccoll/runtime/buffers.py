@@ -191,7 +191,7 @@ def check_op(op: Any, dtype: np.dtype) -> str:
                          f"{', '.join(repr(n) for n in kernels.OPS)})")
     if not kernels.applies(name, dtype):
         kind = kernels.KIND_NAMES.get(np.dtype(dtype).kind, np.dtype(dtype).kind)
-        defined = ", ".join(kernels.KIND_NAMES[k] for k in kernels.KINDS[name])
+        defined = ", ".join(kernels.KIND_NAMES[k] for k in kernels.OP_KINDS[name])
         raise ValueError(f"op {name} is not defined for {kind} dtype {dtype} (only on "
                          f"{defined} elements)")
     return name

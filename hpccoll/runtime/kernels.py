@@ -43,7 +43,7 @@ UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maxim
 # the element kinds (NumPy's dtype.kind) each op is defined on, as MPI defines them: SUM and PROD
 # on numbers, MIN and MAX not on complex ones, the logical and bitwise ops on integers (and on
 # booleans: MPI has LAND, LOR and LXOR for C_BOOL; the bitwise ops equal them there)
-KINDS = {"sum": "iufc", "prod": "iufc", "min": "iuf", "max": "iuf",
+OP_KINDS = {"sum": "iufc", "prod": "iufc", "min": "iuf", "max": "iuf",
          **dict.fromkeys(("land", "lor", "lxor", "band", "bor", "bxor"), "iub")}
 KIND_NAMES = {"i": "integer", "u": "unsigned integer", "f": "floating-point", "c": "complex",
               "b": "boolean"}
@@ -51,7 +51,7 @@ KIND_NAMES = {"i": "integer", "u": "unsigned integer", "f": "floating-point", "c
 
 def applies(op: str, dtype: np.dtype) -> bool:
     """Whether reduction ``op`` is defined on elements of ``dtype``."""
-    return np.dtype(dtype).kind in KINDS[op]
+    return np.dtype(dtype).kind in OP_KINDS[op]
 
 
 Reducer = Callable[[np.ndarray, np.ndarray, np.ndarray], None]

@@ -64,10 +64,10 @@ def _window_programs(reader_syncs: bool) -> list[Program]:
 def test_verifier_requires_a_sync_between_window_write_and_read():
     calls = [uniform_call("allgather", 2, r, 1) for r in range(2)]
     inputs = verify.random_inputs(calls, np.random.default_rng(0))
-    verify.simulate(calls, _window_programs(True), inputs)
+    verify.run_in_one_process(calls, _window_programs(True), inputs)
     with pytest.raises(VerificationError, match="reads window element 1, which rank 1 wrote "
                                                 "without a sync in between"):
-        verify.simulate(calls, _window_programs(False), inputs)
+        verify.run_in_one_process(calls, _window_programs(False), inputs)
 
 
 def test_verifier_requires_every_rank_of_a_node_to_sync():
@@ -75,7 +75,8 @@ def test_verifier_requires_every_rank_of_a_node_to_sync():
     programs = _window_programs(True)
     programs[1] = Program((programs[1].steps[0], Step(), programs[1].steps[2]), window=2)
     with pytest.raises(VerificationError, match="node 0 syncs, but ranks \\[1\\] do not"):
-        verify.simulate(calls, programs, verify.random_inputs(calls, np.random.default_rng(0)))
+        verify.run_in_one_process(calls, programs,
+                                  verify.random_inputs(calls, np.random.default_rng(0)))
 
 
 def test_verifier_catches_overwriting_what_another_rank_reads():
@@ -87,4 +88,5 @@ def test_verifier_catches_overwriting_what_another_rank_reads():
         again = Step(local=(Copy(Region(SEND, 0, 1), Region(WINDOW, 1 - r, 1)),))
         programs.append(Program((write, SYNC, read, again), window=2))
     with pytest.raises(VerificationError, match="which another rank read without a sync"):
-        verify.simulate(calls, programs, verify.random_inputs(calls, np.random.default_rng(0)))
+        verify.run_in_one_process(calls, programs,
+                                  verify.random_inputs(calls, np.random.default_rng(0)))

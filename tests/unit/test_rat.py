@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpccoll import registry, traffic, verify
+from hpccoll import registry, schedule_analysis as traffic, verify
 from hpccoll.algorithms.rat import _levels, default_segment_bytes
 from hpccoll.costmodel import machine_for
 from hpccoll.schedule import Call

@@ -1,11 +1,12 @@
-"""The traffic analysis, and the RAT paper's Table 1 reproduced with it: PS, ring and RAT on
+"""The schedule analysis (hpccoll.schedule_analysis: cross-region traffic, dependency chains,
+stalled shares), and the RAT paper's Table 1 reproduced with it: PS, ring and RAT on
 4 racks x 4 nodes (x 1 or 2 ranks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpccoll import registry, traffic
+from hpccoll import registry, schedule_analysis
 from hpccoll.schedule import RECV, SEND, Program, Recv, Region, Send, Step
 from hpccoll.collectives import uniform_call
 from hpccoll.topology import Topology, from_spec
@@ -26,7 +27,7 @@ def _chain_programs(p: int) -> list[Program]:
 
 def test_relay_chain_and_crossings():
     topology = Topology.from_levels(node=[0, 0, 1, 1, 2], rack=[0, 0, 0, 0, 1])
-    t = traffic.analyze(_chain_programs(5), topology, itemsize=4)
+    t = schedule_analysis.analyze(_chain_programs(5), topology, itemsize=4)
     assert (t.messages, t.bytes, t.max_rank_bytes, t.rounds, t.chain) == (4, 16, 4, 4, 4)
     node, rack = t.level("node"), t.level("rack")
     assert node.out == (4, 4, 0) and node.into == (0, 4, 4) and node.total == 8
@@ -43,24 +44,24 @@ def test_concurrent_messages_do_not_chain():
         return Program((Step(sends=tuple(Send(q, (Region(SEND, 0, 1),)) for q in peers),
                              recvs=tuple(Recv(q, (Region(RECV, q, 1),)) for q in peers)),))
     progs = [program(r) for r in range(p)]
-    assert traffic.dependency_chain(progs) == 1
-    assert traffic.dependency_chain([]) == 0
-    assert traffic.analyze(progs).levels == ()
+    assert schedule_analysis.dependency_chain(progs) == 1
+    assert schedule_analysis.dependency_chain([]) == 0
+    assert schedule_analysis.analyze(progs).levels == ()
 
 
 def test_analysis_refuses_mismatches():
     with pytest.raises(ValueError, match="describes 4 ranks, there are 5 programs"):
-        traffic.analyze(_chain_programs(5), from_spec("nodes=2,ppn=2"))
+        schedule_analysis.analyze(_chain_programs(5), from_spec("nodes=2,ppn=2"))
     calls = [uniform_call("alltoall", 3, r, 1) for r in range(3)]
     with pytest.raises(ValueError, match="cannot serve this call: p is a power of two"):
-        traffic.analyze_algorithm("alltoall", "hypercube", calls)
+        schedule_analysis.analyze_algorithm("alltoall", "hypercube", calls)
 
 
 @pytest.mark.parametrize("p", [2, 3, 6, 9])
 def test_ring_chain_grows_with_p(p):
     calls = [uniform_call("allreduce", p, r, 2 * p) for r in range(p)]
-    assert traffic.analyze_algorithm("allreduce", "ring", calls).chain == 2 * (p - 1)
-    assert traffic.analyze_algorithm("allreduce", "ps", calls).chain == 2
+    assert schedule_analysis.analyze_algorithm("allreduce", "ring", calls).chain == 2 * (p - 1)
+    assert schedule_analysis.analyze_algorithm("allreduce", "ps", calls).chain == 2
 
 
 # ------------------------------------------------------------------ the RAT paper's Table 1
@@ -84,7 +85,7 @@ def test_table_1_cross_rack_traffic_and_chains(ppn):
     p, n, itemsize = topology.size, 1600, 8
     vector = n * itemsize                                   # 12800 bytes
     calls = [uniform_call("allreduce", p, r, n, topology=topology) for r in range(p)]
-    ps, ring, rat = (traffic.analyze_algorithm("allreduce", name, calls)
+    ps, ring, rat = (schedule_analysis.analyze_algorithm("allreduce", name, calls)
                      for name in ("ps", "ring", "rat"))
     racks, w = 4, 4 * ppn
     bound_total = 2 * (racks - 1) * vector                  # 76800
@@ -117,7 +118,7 @@ def test_table_1_numbers():
     """The literal figures for 4 racks x 4 nodes x 1 rank (bytes per rack, each way)."""
     topology = from_spec("racks=4,nodes_per_rack=4,ppn=1")
     calls = [uniform_call("allreduce", 16, r, 1600, topology=topology) for r in range(16)]
-    got = {name: traffic.analyze_algorithm("allreduce", name, calls)
+    got = {name: schedule_analysis.analyze_algorithm("allreduce", name, calls)
            for name in ("ps", "ring", "rat")}
     assert {k: (t.level("rack").max_out, t.chain) for k, t in got.items()} == \
         {"ps": (76800, 2), "ring": (24000, 30), "rat": (19200, 4)}
@@ -129,8 +130,8 @@ def test_rat_chain_stays_flat_as_ring_grows():
         topology = from_spec(f"racks=2,nodes_per_rack={nodes},ppn=1")
         p = topology.size
         calls = [uniform_call("allreduce", p, r, 2 * p, topology=topology) for r in range(p)]
-        assert traffic.analyze_algorithm("allreduce", "ring", calls).chain == 2 * (p - 1)
-        assert traffic.analyze_algorithm("allreduce", "rat", calls).chain == 4
+        assert schedule_analysis.analyze_algorithm("allreduce", "ring", calls).chain == 2 * (p - 1)
+        assert schedule_analysis.analyze_algorithm("allreduce", "rat", calls).chain == 4
 
 
 def test_a_paused_rank_stalls_more_of_the_ring():
@@ -142,7 +143,8 @@ def test_a_paused_rank_stalls_more_of_the_ring():
     for name in ("ps", "ring", "rat"):
         algorithm = registry.get("allreduce", name)
         programs = [algorithm.planner(call) for call in calls]
-        share[name] = max(traffic.stalled_share(programs, paused) for paused in (0, 5, 15))
+        share[name] = max(schedule_analysis.stalled_share(programs, paused)
+                          for paused in (0, 5, 15))
     assert share["ring"] > 0.7 and 0.5 < share["ps"] < share["rat"] < 0.6
-    assert traffic.stalled_share(_chain_programs(4), 3) == 0.0
-    assert traffic.stalled_share(_chain_programs(4), 0) == 1.0
+    assert schedule_analysis.stalled_share(_chain_programs(4), 3) == 0.0
+    assert schedule_analysis.stalled_share(_chain_programs(4), 0) == 1.0

@@ -42,7 +42,7 @@ def _allgather_calls(p: int, n: int = 2) -> list[Call]:
 def _run(programs: list[Program], calls: list[Call] | None = None):
     calls = calls or _allgather_calls(len(programs))
     inputs = verify.random_inputs(calls, np.random.default_rng(0))
-    return verify.simulate(calls, programs, inputs)
+    return verify.run_in_one_process(calls, programs, inputs)
 
 
 def _swap_program(rank: int, **changes) -> Program:
@@ -150,7 +150,8 @@ def test_order_dependent_arrivals_are_reported():
             recvs=tuple(Recv(q, (s,), (Copy(s, result),)) for q, s in zip(peers, slots)),
             local=(Copy(Region(SEND, r, 1), result),)),), scratch=2))
     with pytest.raises(VerificationError, match="depends on arrival order"):
-        verify.simulate(calls, programs, verify.random_inputs(calls, np.random.default_rng(0)))
+        verify.run_in_one_process(calls, programs,
+                                  verify.random_inputs(calls, np.random.default_rng(0)))
 
 
 def test_commuting_accumulations_are_allowed():

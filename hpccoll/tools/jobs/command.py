@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .rendering import Request, placeholders, render, template_path
+from .rendering import JobOptions, placeholders, render, template_path
 from .scaling import collect
 from .slurm import status
 
@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    text = render(Request(**{k: getattr(args, k) for k in Request.__dataclass_fields__}))
+    text = render(JobOptions(**{k: getattr(args, k) for k in JobOptions.__dataclass_fields__}))
     if args.out:
         Path(args.out).write_text(text)
         os.chmod(args.out, 0o755)

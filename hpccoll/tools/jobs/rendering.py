@@ -49,7 +49,7 @@ TEMPLATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "verify": {"sizes": "4:64K", "exclusive": False, "time": "00:30:00"},
     "tune": {"iterations": 10, "warmup": 5},
 }
-# Request fields every template takes (checked whatever the template's placeholders).
+# JobOptions fields every template takes (checked whatever the template's placeholders).
 ALWAYS = {"template", "nodes", "ntasks_per_node", "job_name", "python"}
 
 
@@ -270,7 +270,7 @@ BENCH_RESERVED = ("-a", "--algorithms", "-m", "--sizes", "-i", "--iterations", "
 
 
 @dataclass
-class Request:
+class JobOptions:
     """What ``hpccoll jobs render`` was asked for (None: the template's default)."""
 
     template: str
@@ -299,7 +299,7 @@ class Request:
     tuning_table: str | None = None
 
 
-def render(request: Request, make_output_dir: bool = True) -> str:
+def render(request: JobOptions, make_output_dir: bool = True) -> str:
     """The filled template; JobError for anything that cannot work."""
     path = template_path(request.template)
     name = path.name[:-len(SUFFIX)]
@@ -312,7 +312,7 @@ def render(request: Request, make_output_dir: bool = True) -> str:
             raise JobError(f"--{key.replace('_', '-')} does not apply to the {name} template")
         return defaults[key] if given in (None, []) else given
 
-    for key in Request.__dataclass_fields__:
+    for key in JobOptions.__dataclass_fields__:
         target = "setup" if key == "env" else key
         if getattr(request, key) not in (None, []) and target not in used | ALWAYS:
             raise JobError(f"--{key.replace('_', '-')} does not apply to the {name} template")
@@ -381,7 +381,7 @@ def render(request: Request, make_output_dir: bool = True) -> str:
     return text
 
 
-def _check_sweep(request: Request, name: str, used: set[str], option: Any,
+def _check_sweep(request: JobOptions, name: str, used: set[str], option: Any,
                  context: dict[str, Any], points: list[tuple[int, int]]) -> None:
     import numpy as np
 

@@ -1,7 +1,9 @@
-"""Traffic analysis of per-rank programs: bytes across region boundaries, dependency chains.
+"""Analysis of all ranks' programs of a call: bytes across region boundaries, dependency chains.
 
-Pure (no MPI, no data): it reads only the messages of the programs (the RAT paper's Table 1
-measures, for any registered algorithm).
+Pure (no MPI, no data, no network): it reads only the messages of the programs (the RAT
+paper's Table 1 measures, for any registered algorithm), the regions being the topology's
+(node, rack, pod).  What the messages do to a simulated machine's links -- bytes by the route
+each takes -- is :mod:`hpccoll.sim.traffic`'s.
 
 * **Cross-region bytes.**  A message from rank a to rank b crosses the boundary of level l
   (node, rack, pod) when a and b lie in different regions of that level; it counts, in
@@ -32,7 +34,7 @@ from .schedule import Call, Program
 
 
 @dataclass(frozen=True)
-class LevelTraffic:
+class LevelCrossings:
     """Bytes crossing the boundaries of the regions of one topology level."""
 
     level: str
@@ -54,7 +56,7 @@ class LevelTraffic:
 
 
 @dataclass(frozen=True)
-class Traffic:
+class Analysis:
     """What the programs of all ranks send: totals, per-level crossings, dependency chain."""
 
     messages: int
@@ -62,9 +64,9 @@ class Traffic:
     max_rank_bytes: int         # the most bytes any one rank sends
     rounds: int                 # steps in which some rank sends
     chain: int                  # longest dependency chain (message hops)
-    levels: tuple[LevelTraffic, ...] = ()
+    levels: tuple[LevelCrossings, ...] = ()
 
-    def level(self, name: str) -> LevelTraffic:
+    def level(self, name: str) -> LevelCrossings:
         for level in self.levels:
             if level.level == name:
                 return level
@@ -108,8 +110,8 @@ def stalled_share(programs: Sequence[Program], paused: int) -> float:
     return stalled / total if total else 0.0
 
 
-def analyze(programs: Sequence[Program], topology=None, itemsize: int = 8) -> Traffic:
-    """The traffic of one rank's program per rank (``programs[r]`` is rank r's), with the
+def analyze(programs: Sequence[Program], topology=None, itemsize: int = 8) -> Analysis:
+    """The analysis of one rank's program per rank (``programs[r]`` is rank r's), with the
     region crossings of every level of ``topology`` (none when it is None)."""
     p = len(programs)
     levels = [] if topology is None else list(zip(topology.levels, topology.regions))
@@ -130,14 +132,14 @@ def analyze(programs: Sequence[Program], topology=None, itemsize: int = 8) -> Tr
                 if a != b:
                     out[l][a] += size
                     into[l][b] += size
-    return Traffic(messages, sum(sent), max(sent, default=0), len(active),
-                   dependency_chain(programs),
-                   tuple(LevelTraffic(name, tuple(o), tuple(i))
-                         for (name, _), o, i in zip(levels, out, into)))
+    return Analysis(messages, sum(sent), max(sent, default=0), len(active),
+                    dependency_chain(programs),
+                    tuple(LevelCrossings(name, tuple(o), tuple(i))
+                          for (name, _), o, i in zip(levels, out, into)))
 
 
 def analyze_algorithm(collective: str, name: str, calls: Sequence[Call],
-                      topology=None) -> Traffic:
+                      topology=None) -> Analysis:
     """:func:`analyze` of registered algorithm ``name`` planned for ``calls`` (one per rank);
     the topology defaults to the calls' own."""
     algorithm = registry.get(collective, name)
