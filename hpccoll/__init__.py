@@ -45,7 +45,7 @@ def _refuse_taken(spec: _Collective) -> None:
         raise ValueError(f"collective {spec.name!r}: hpccoll already has {taken}")
 
 
-_on_add(_refuse_taken)
+_on_add(None, check=_refuse_taken)
 
 
 def __getattr__(name: str) -> object:

@@ -320,13 +320,17 @@ def _parameters(spec: Collective) -> tuple[list[str], list[tuple[str, str, str]]
     return positional, keywords
 
 
+def _refuse_taken(spec: Collective) -> None:
+    """A collective whose functions would have one of this module's names is not added."""
+    taken = [name for name in spec.functions if name in globals()]
+    if taken:
+        raise ValueError(f"collective {spec.name!r}: hpccoll.api already has {taken}")
+
+
 def _define(spec: Collective) -> None:
     """Define ``spec``'s blocking, non-blocking and persistent functions in this module;
     each passes its arguments straight to :func:`run_collective`, :func:`start_collective`
     or :func:`init_collective` (a one-buffer collective's buffer as recvbuf)."""
-    taken = [name for name in spec.functions if name in globals()]
-    if taken:
-        raise ValueError(f"collective {spec.name!r}: hpccoll.api already has {taken}")
     positional, keywords = _parameters(spec)
     listed = ", ".join([*positional, "*", *(f"{name}={default}" for name, default, _ in keywords)])
     hints = {"comm": "MPI.Intracomm", **{name: "Any" for name in positional[1:]},
@@ -348,4 +352,4 @@ def _define(spec: Collective) -> None:
         made.__annotations__ = {**hints, "return": returns}
 
 
-on_add(_define)
+on_add(_define, check=_refuse_taken)

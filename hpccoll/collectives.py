@@ -4,10 +4,12 @@ A :class:`Collective` says everything about a collective that is not an algorith
 :class:`~hpccoll.schedule.Call` made from a user's buffers and counts (with their checks), the
 buffer sizes a call needs, where a rank's input lies, the result on integer data (the one
 oracle of the verifier, the benchmark's data check and the tests), the MPI library's own
-collective, and the benchmarks' conventions (OSU message size, bus-bandwidth factor).  Every
-other module iterates over :data:`SPECS`, and the public functions (blocking, non-blocking,
-persistent) and the package's names are made from it; adding a collective is one spec here
-(or :func:`add`) plus its planners.  Nothing here imports MPI at module level.
+collective (mpi4py's method, hence the C function the compiled native executor posts), the
+mpi4py methods :class:`hpccoll.Comm` runs as it, and the benchmarks' conventions (OSU message
+size, bus-bandwidth factor).  Every other module iterates over :data:`SPECS`, and the public
+functions (blocking, non-blocking, persistent), the package's names and ``hpccoll.Comm``'s
+methods are made from it; adding a collective is one spec here (or :func:`add`) plus its
+planners.  Nothing here imports MPI at module level.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import operator
 import random
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .schedule import RECV, SEND, Call, Region, even_split, offsets
 
 # the element types every collective takes (those with an MPI datatype and Numba kernels; which
-# reductions apply to which is kernels.KINDS: booleans take the logical and bitwise ones)
+# reductions apply to which is kernels.OP_KINDS: booleans take the logical and bitwise ones)
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
     "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool"))
@@ -52,6 +54,10 @@ class Collective(ABC):
 
     name = ""
     mpi_name = ""            # mpi4py's blocking method of the native collective
+    # mpi4py's blocking methods hpccoll.Comm runs as this collective (each read by its reader
+    # in buffer_specs.READERS; none: Comm leaves it to mpi4py), each with the parameters it
+    # takes between its buffers and the op and root the flags give, as (name, default) pairs
+    comm_methods: Mapping[str, tuple[tuple[str, Any], ...]] = {}
     reduces = False          # takes a reduction op
     in_place = False         # MPI.IN_PLACE allowed as sendbuf
     rooted = False           # takes a root
@@ -146,20 +152,25 @@ class Collective(ABC):
         """Write ``call``'s rank's result into ``want``; return the defined mask (None: all)."""
 
     # ------------------------------------------------------------------------------ native
+    def native_method(self, call: Call) -> str:
+        """mpi4py's blocking method of the MPI library's own collective for ``call``
+        (:func:`nonblocking` names its non-blocking form, ``MPI_`` + that its C function)."""
+        return self.mpi_name
+
     def native_args(self, call: Call, mpi_type: Any, op: Any) -> tuple[str, NativeArgs]:
-        """(mpi4py method name, ``args(send, recv)``) of the MPI library's own collective
-        for ``call`` (send None when in place); :func:`nonblocking` names its non-blocking
-        form."""
+        """(:meth:`native_method`, ``args(send, recv)``) of the MPI library's own collective
+        for ``call`` (send None when in place)."""
         from mpi4py import MPI
 
         def args(send: Any, recv: Any) -> tuple:
             return (MPI.IN_PLACE if send is None else [send, mpi_type], [recv, mpi_type]) + \
                 (() if op is None else (op,))
-        return self.mpi_name, args
+        return self.native_method(call), args
 
 
 class Allgather(Collective):
     name, mpi_name, in_place = "allgather", "Allgather", True
+    comm_methods = {"Allgather": (), "Allgatherv": ()}
     counts_keyword = "recvcounts"
     doc = """Every rank's ``sendbuf`` concatenated in rank order into every rank's ``recvbuf``
     (``recvcounts`` for uneven blocks, as Allgatherv; ``MPI.IN_PLACE`` as sendbuf takes the
@@ -188,17 +199,21 @@ class Allgather(Collective):
     def result(self, call, calls, inputs, want):
         want[:] = np.concatenate(inputs) if len(inputs) else want
 
+    def native_method(self, call):
+        return self.mpi_name if len(set(call.counts)) <= 1 else "Allgatherv"
+
     def native_args(self, call, mpi_type, op):
         if len(set(call.counts)) <= 1:
             return super().native_args(call, mpi_type, op)
         from mpi4py import MPI
         spec = [call.counts, offsets(call.counts), mpi_type]
-        return "Allgatherv", lambda send, recv: (
+        return self.native_method(call), lambda send, recv: (
             MPI.IN_PLACE if send is None else [send, mpi_type], [recv, *spec])
 
 
 class Alltoall(Collective):
     name, mpi_name = "alltoall", "Alltoall"
+    comm_methods = {"Alltoall": ()}
     doc = "Block j of ``sendbuf`` goes to rank j, landing as block ``rank`` of its ``recvbuf``."
 
     def make_call(self, p, rank, send_n, recv_n, counts, **fields):
@@ -237,6 +252,7 @@ class Alltoall(Collective):
 
 class Alltoallv(Alltoall):
     name, mpi_name, vector, exact_sizes = "alltoallv", "Alltoallv", True, False
+    comm_methods = {"Alltoallv": ()}
     doc = """All-to-all with per-peer counts: ``sendbuf = [array, sendcounts(, sdispls)]``,
     ``recvbuf = [array, recvcounts(, rdispls)]`` in elements (or mpi4py's
     ``[array, (counts, displs)]``)."""
@@ -279,11 +295,12 @@ class Alltoallv(Alltoall):
     def native_args(self, call, mpi_type, op):
         send_spec = (call.counts, call.sdispls, mpi_type)
         recv_spec = (call.recvcounts, call.rdispls, mpi_type)
-        return self.mpi_name, lambda send, recv: ([send, *send_spec], [recv, *recv_spec])
+        return self.native_method(call), lambda send, recv: ([send, *send_spec], [recv, *recv_spec])
 
 
 class ReduceScatter(Collective):
     name, mpi_name, reduces = "reduce_scatter", "Reduce_scatter", True
+    comm_methods = {"Reduce_scatter_block": (), "Reduce_scatter": (("recvcounts", None),)}
     counts_keyword = "recvcounts"
     doc = """Elementwise reduction of every rank's ``sendbuf``; rank r receives block r (equal
     blocks of ``recvbuf.size``, or ``recvcounts``)."""
@@ -313,6 +330,7 @@ class ReduceScatter(Collective):
 
 class Allreduce(Collective):
     name, mpi_name, reduces, in_place = "allreduce", "Allreduce", True, True
+    comm_methods = {"Allreduce": ()}
     doc = """Elementwise reduction of every rank's ``sendbuf`` into every rank's ``recvbuf``
     (``MPI.IN_PLACE`` as sendbuf reduces ``recvbuf`` in place)."""
 
@@ -344,6 +362,7 @@ class Bcast(Allreduce):
     """Broadcast: the root's buffer to every rank's (one buffer, passed as recvbuf)."""
 
     name, mpi_name, reduces, in_place, rooted = "bcast", "Bcast", False, False, True
+    comm_methods = {"Bcast": ()}
     one_buffer = True
     doc = "The root's ``buf`` into every rank's ``buf`` (like ``comm.Bcast(buf, root)``)."
 
@@ -365,7 +384,7 @@ class Bcast(Allreduce):
 
     def native_args(self, call, mpi_type, op):
         root = call.root
-        return self.mpi_name, lambda send, recv: ([recv, mpi_type], root)
+        return self.native_method(call), lambda send, recv: ([recv, mpi_type], root)
 
 
 class Reduce(Allreduce):
@@ -373,6 +392,7 @@ class Reduce(Allreduce):
     other ranks' recvbuf is not used; MPI.IN_PLACE as sendbuf at the root)."""
 
     name, mpi_name, rooted, recv_at_root_only = "reduce", "Reduce", True, True
+    comm_methods = {"Reduce": ()}
     doc = """Elementwise reduction of every rank's ``sendbuf`` into the root's ``recvbuf`` (not used
     on the other ranks, where it may be None; ``MPI.IN_PLACE`` as the root's sendbuf reduces
     its ``recvbuf`` in place), like ``comm.Reduce(sendbuf, recvbuf, op, root)``."""
@@ -411,7 +431,7 @@ class Reduce(Allreduce):
     def native_args(self, call, mpi_type, op):
         from mpi4py import MPI
         root = call.root
-        return self.mpi_name, lambda send, recv: (
+        return self.native_method(call), lambda send, recv: (
             MPI.IN_PLACE if send is None else [send, mpi_type],
             [recv, mpi_type] if call.rank == root else None, op, root)
 
@@ -420,36 +440,42 @@ SPECS: dict[str, Collective] = {c.name: c for c in (
     Allgather(), Alltoall(), Alltoallv(), ReduceScatter(), Allreduce(), Bcast(), Reduce())}
 NAMES = tuple(SPECS)
 _listeners: list[Callable[[Collective], None]] = []
+_checks: list[Callable[[Collective], None]] = []
 
 
 def add(collective: Collective) -> None:
     """Add a collective: its spec joins :data:`SPECS` (and :data:`NAMES`, and so the
     package's public names), and every module that builds something per collective (the
-    public functions, the settings variable) is told (:func:`on_add`).  A name taken (a
-    collective's, or one of the package's or of :mod:`hpccoll.api`'s that its functions would
-    have) is refused with ValueError and the spec taken back out.  Its planners then register
-    in :mod:`hpccoll.registry` as any family's."""
+    public functions, ``hpccoll.Comm``'s methods, the settings variable) is told
+    (:func:`on_add`).  First every check given to :func:`on_add` may refuse it with
+    ValueError (a name taken: a collective's, the package's or :mod:`hpccoll.api`'s; an
+    mpi4py method ``hpccoll.Comm`` cannot read), and a refused spec leaves nothing behind.
+    Its planners then register in :mod:`hpccoll.registry` as any family's."""
     global NAMES
     if not collective.name.isidentifier() or collective.name in SPECS:
         raise ValueError(f"cannot add collective {collective.name!r}: "
                          f"{'it exists' if collective.name in SPECS else 'not an identifier'}")
+    for check in _checks:
+        check(collective)
     SPECS[collective.name] = collective
     NAMES = tuple(SPECS)
-    try:
-        for listener in _listeners:
-            listener(collective)
-    except Exception:
-        del SPECS[collective.name]          # refused (a name taken): not added
-        NAMES = tuple(SPECS)
-        raise
-
-
-def on_add(listener: Callable[[Collective], None]) -> None:
-    """Call ``listener(spec)`` for every collective in :data:`SPECS` now and every one
-    :func:`add` adds later."""
-    _listeners.append(listener)
-    for collective in list(SPECS.values()):
+    for listener in _listeners:
         listener(collective)
+
+
+def on_add(listener: Callable[[Collective], None] | None,
+           check: Callable[[Collective], None] | None = None) -> None:
+    """Call ``listener(spec)`` for every collective in :data:`SPECS` now and every one
+    :func:`add` adds later, ``check(spec)`` (which may raise ValueError) before it, and
+    before :func:`add` adds anything."""
+    for collective in list(SPECS.values()):
+        for call in (check, listener):
+            if call is not None:
+                call(collective)
+    if check is not None:
+        _checks.append(check)
+    if listener is not None:
+        _listeners.append(listener)
 
 
 def spec(name: str) -> Collective:

@@ -8,9 +8,10 @@ The one-line adoption path for an mpi4py code::
 
 :class:`Comm` is an ``MPI.Intracomm`` sharing the wrapped communicator's handle, so it goes
 wherever mpi4py (or hpccoll) takes a communicator.  It overrides the buffer collectives hpccoll
-implements (Allgather(v), Alltoall(v), Reduce_scatter(_block), Allreduce, Bcast, Reduce), in
-their blocking, non-blocking (``I...``) and persistent (``..._init``) forms, with mpi4py's
-signatures and buffer specifications (``buf``, ``[buf, MPI.DOUBLE]``, ``[buf, count, type]``,
+implements (Allgather(v), Alltoall(v), Reduce_scatter(_block), Allreduce, Bcast, Reduce: the
+``comm_methods`` of each collective's spec, made when the spec is added), in their blocking,
+non-blocking (``I...``) and persistent (``..._init``) forms, with mpi4py's signatures and
+buffer specifications (``buf``, ``[buf, MPI.DOUBLE]``, ``[buf, count, type]``,
 ``[buf, (count, displ), type]``, ``[buf, counts, displs, type]``, ... over any contiguous
 buffer-protocol object or GPU array), read as mpi4py reads them and viewed, never copied, as
 flat arrays of the datatype's NumPy type.
@@ -47,7 +48,7 @@ from mpi4py import MPI
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
-from .collectives import nonblocking, spec
+from .collectives import Collective, nonblocking, on_add, spec
 from .context import check_comm
 
 log = logging.getLogger("hpccoll")
@@ -58,36 +59,36 @@ _REQUIRED = object()
 # ------------------------------------------------------------------- the generated methods
 
 @dataclass(frozen=True)
-class _Collective:
-    """One of mpi4py's buffer collectives: its blocking method's name and parameters after
-    ``self`` ((name, default) pairs, _REQUIRED for none), of which the first ``buffers`` are
-    its buffers."""
+class _Method:
+    """One of mpi4py's buffer collectives, as a spec names it in ``comm_methods``: its
+    blocking method's name and parameters after ``self`` ((name, default) pairs, _REQUIRED
+    for none), of which the first ``buffers`` are its buffers."""
 
-    method: str
+    name: str
     parameters: tuple[tuple[str, Any], ...]
-    buffers: int = 2
+    buffers: int
 
 
-_BUFFERS = (("sendbuf", _REQUIRED), ("recvbuf", _REQUIRED))
-_OP = ("op", MPI.SUM)
-COLLECTIVES = (
-    _Collective("Allgather", _BUFFERS),
-    _Collective("Allgatherv", _BUFFERS),
-    _Collective("Alltoall", _BUFFERS),
-    _Collective("Alltoallv", _BUFFERS),
-    _Collective("Reduce_scatter_block", _BUFFERS + (_OP,)),
-    _Collective("Reduce_scatter", _BUFFERS + (("recvcounts", None), _OP)),
-    _Collective("Allreduce", _BUFFERS + (_OP,)),
-    _Collective("Bcast", (("buf", _REQUIRED), ("root", 0)), buffers=1),
-    _Collective("Reduce", _BUFFERS + (_OP, ("root", 0))),
-)
+def _methods(collective: Collective) -> list[_Method]:
+    """The mpi4py methods hpccoll.Comm runs as ``collective`` (its ``comm_methods``), with
+    their parameters as mpi4py declares them: the buffers, the method's own extra ones, then
+    ``op`` where the collective reduces and ``root`` where it is rooted."""
+    buffers = ("buf",) if collective.one_buffer else ("sendbuf", "recvbuf")
+    found = []
+    for name, extra in collective.comm_methods.items():
+        parameters = (*((b, _REQUIRED) for b in buffers), *extra,
+                      *((("op", MPI.SUM),) if collective.reduces else ()),
+                      *((("root", 0),) if collective.rooted else ()))
+        found.append(_Method(name, parameters, len(buffers)))
+    return found
 
 
-class Request:
-    """hpccoll's non-blocking collective (its operation, or :class:`hpccoll.Request`: what
-    has ``test()`` and ``wait()``) with mpi4py's Request methods: ``Wait()``,
-    ``Test()``, and the lower-case ``wait()`` (None) and ``test()`` (``(flag, None)``).
-    ``MPI.Request.Waitall`` and its kin do not take it (it is not an MPI request)."""
+class CommRequest:
+    """What ``hpccoll.Comm``'s ``I...`` methods return: hpccoll's non-blocking collective (its
+    operation, or :class:`hpccoll.Request`: what has ``test()`` and ``wait()``) with mpi4py's
+    Request methods: ``Wait()``, ``Test()``, and the lower-case ``wait()`` (None) and
+    ``test()`` (``(flag, None)``).  ``MPI.Request.Waitall`` and its kin do not take it (it is
+    not an MPI request)."""
 
     def __init__(self, request: Any):
         self._request = request
@@ -106,9 +107,10 @@ class Request:
         self.Wait(status)
 
 
-class Prequest(Request):
-    """hpccoll's persistent collective with mpi4py's Prequest methods: ``Start()``, then
-    ``Wait()``/``Test()``, again and again; ``Free()`` releases it."""
+class CommPrequest(CommRequest):
+    """What ``hpccoll.Comm``'s ``..._init`` methods return: hpccoll's persistent collective
+    with mpi4py's Prequest methods: ``Start()``, then ``Wait()``/``Test()``, again and again;
+    ``Free()`` releases it."""
 
     def Start(self) -> None:
         self._request.start()
@@ -136,13 +138,15 @@ def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading |
     api.run_prepared(*_prepare(call, comm, algorithm, reading))
 
 
-def _start(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Request:
+def _start(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
+           ) -> CommRequest:
     prepared, send, recv = _prepare(call, comm, algorithm, reading)
-    return Request(prepared.start(send, recv, prepared.ctx.next_slot()))
+    return CommRequest(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
-def _init(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None) -> Prequest:
-    return Prequest(api.init_collective(call.collective, comm, call.send, call.recv,
+def _init(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
+          ) -> CommPrequest:
+    return CommPrequest(api.init_collective(call.collective, comm, call.send, call.recv,
                                         counts=call.counts, op=call.op, root=call.root,
                                         algorithm=algorithm))
 
@@ -177,16 +181,16 @@ def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
     return namespace[name]
 
 
-def _collective_method(collective: _Collective, form: _Form) -> Callable:
+def _collective_method(collective: _Method, form: _Form) -> Callable:
     """The method of ``collective`` in ``form``.  A call is read from its arguments (as
     mpi4py reads them) into the call hpccoll runs; the method's last call that could be
     read cheaply again is kept as a :class:`Reading`, so that the same call again -- the
     same spec forms and numbers, on NumPy arrays like the ones before -- skips the reading,
     and, blocking, the validation too: it runs the validated call again at once."""
-    name = form.name(collective.method)
+    name = form.name(collective.name)
     parameters = collective.parameters + form.extra
     used, buffers = len(collective.parameters), collective.buffers
-    read = READERS[collective.method]
+    read = READERS[collective.name]
     run, blocking, nonblocking_form = form.run, form is BLOCKING, form is NONBLOCKING
 
     def serve(self: _Collectives, values: tuple) -> Any:
@@ -204,7 +208,7 @@ def _collective_method(collective: _Collective, form: _Form) -> Callable:
                 elif nonblocking_form and last is not None:
                     started = last.start(*arrays)
                     if started is not None:
-                        return Request(started)
+                        return CommRequest(started)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)
@@ -320,10 +324,25 @@ class InterComm(_Collectives, MPI.Intercomm):
         raise NotRun("an inter-communicator")
 
 
-for _collective in COLLECTIVES:
-    for _form in FORMS:
-        _method = _collective_method(_collective, _form)
-        setattr(_Collectives, _method.__name__, _method)
+def _refuse_unread(collective: Collective) -> None:
+    """A collective naming an mpi4py method that has no reader in
+    :data:`~hpccoll.buffer_specs.READERS` is not added."""
+    unread = [name for name in collective.comm_methods if name not in READERS]
+    if unread:
+        raise ValueError(f"collective {collective.name!r}: hpccoll.Comm has no reader of "
+                         f"mpi4py's {', '.join(unread)} (hpccoll.buffer_specs.READERS)")
+
+
+def _define(collective: Collective) -> None:
+    """Give :class:`Comm` (and :class:`InterComm`) the three forms of every mpi4py method
+    ``collective`` names in ``comm_methods``."""
+    for method in _methods(collective):
+        for form in FORMS:
+            made = _collective_method(method, form)
+            setattr(_Collectives, made.__name__, made)
+
+
+on_add(_define, check=_refuse_unread)
 for _name in ("Clone", "Dup", "Dup_with_info", "Idup", "Idup_with_info"):
     setattr(_Collectives, _name, _plain_method(_name))
-del _collective, _form, _method, _name
+del _name

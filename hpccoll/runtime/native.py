@@ -39,16 +39,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..collectives import nonblocking, spec
 from ..schedule import Call, offsets
 from . import abandoned, libmpi, progress
 from .libmpi import c_double, c_int, plain
 
-# the calls this executor runs: collective name -> code in the state array (allgather's
-# uneven blocks: MPI_Iallgatherv)
-KINDS = {"allreduce": libmpi.IALLREDUCE, "allgather": libmpi.IALLGATHER,
-         "alltoall": libmpi.IALLTOALL, "alltoallv": libmpi.IALLTOALLV,
-         "reduce_scatter": libmpi.IREDUCE_SCATTER, "bcast": libmpi.IBCAST,
-         "reduce": libmpi.IREDUCE}
+# the library's non-blocking collectives the compiled function posts (one branch each): C
+# function -> its index in libmpi.FUNCTIONS, the call's code in the state array
+POSTED = {libmpi.FUNCTIONS[i]: i for i in (
+    libmpi.IALLREDUCE, libmpi.IALLGATHER, libmpi.IALLGATHERV, libmpi.IALLTOALL,
+    libmpi.IALLTOALLV, libmpi.IREDUCE_SCATTER, libmpi.IBCAST, libmpi.IREDUCE)}
 LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through mpi4py)
 # the state array: constants, then scratch; the status gets room for any MPI_Status
 (REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, VECTORS, ROW, SEND_N, RECV_N, NOTICE_TAG,
@@ -62,19 +62,25 @@ DATATYPE, OP, COMM = range(3)       # the handles array
 DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
 
 
+def posted(method: str) -> int | None:
+    """The code of the C function of the non-blocking form of mpi4py's ``method`` (the one
+    a collective's spec names: Allreduce -> MPI_Iallreduce) if this executor posts it."""
+    return POSTED.get("MPI_" + nonblocking(method))
+
+
 def runs(collective: str, dtype: np.dtype, largest: int = 0) -> bool:
     """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
     on the CPU) with counts and displacements up to ``largest`` elements (C ints) with this
     MPI library (:func:`available`)."""
-    return collective in KINDS and np.dtype(dtype) != np.float16 and \
-        largest <= LARGEST_COUNT and libmpi.available()
+    return posted(spec(collective).mpi_name) is not None and np.dtype(dtype) != np.float16 \
+        and largest <= LARGEST_COUNT and libmpi.available()
 
 
 def vectors(call: Call) -> np.ndarray:
     """The counts and displacements of ``call`` as the vector forms take them (rows
     :data:`SEND_COUNTS` ... :data:`RECV_DISPLS`; reduce_scatter's recvcounts and allgather's
     blocks are the receive rows), in elements."""
-    if call.collective in ("alltoall", "alltoallv"):
+    if call.recvcounts:             # (all-to-all's: counts and displacements both ways)
         rows = (call.counts, call.sdispls, call.recvcounts, call.rdispls)
     else:
         rows = ((), (), call.counts, offsets(call.counts) if call.counts else ())
@@ -96,9 +102,7 @@ class NativeCall:
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:STATUS] = libmpi.addresses()
-        kind = KINDS[call.collective]
-        if kind == libmpi.IALLGATHER and len(set(call.counts)) > 1:
-            kind = libmpi.IALLGATHERV
+        kind = posted(spec(call.collective).native_method(call))
         state[KIND], state[ROOT] = kind, call.root
         state[COUNT] = call.counts[call.rank if kind == libmpi.IALLGATHERV else 0]
         state[RECV_N] = -1 if recv_n is None else recv_n
@@ -173,14 +177,15 @@ class NativeCall:
 def executor(collective: str, dtype: np.dtype) -> str:
     """Which executor runs a blocking call of ``collective`` on ``dtype`` with the native
     algorithm on host memory (what ``hpccoll explain`` says)."""
-    if collective not in KINDS:
+    kind = posted(spec(collective).mpi_name)
+    if kind is None:
         return f"mpi4py's non-blocking {collective} (the compiled executor does not post it)"
     if dtype == np.float16:
         return "mpi4py's non-blocking collective (the compiled executor takes no float16)"
     if not libmpi.available():
         return ("mpi4py's non-blocking collective (the compiled executor does not know this "
                 f"MPI library: {MPI.get_vendor()[0]})")
-    return (f"compiled: {libmpi.FUNCTIONS[KINDS[collective]]} of {MPI.get_vendor()[0]} "
+    return (f"compiled: {libmpi.FUNCTIONS[kind]} of {MPI.get_vendor()[0]} "
             "called from Numba code (blocking calls on NumPy arrays, a predefined op; other "
             "calls through mpi4py)")
 

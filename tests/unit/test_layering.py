@@ -83,7 +83,7 @@ def resolve(importer: Path, node: ast.ImportFrom | ast.Import) -> list[str]:
                 found.append(whole)
             else:
                 found.append(module)
-    return [m for m in found if m == "mpi4py.MPI" or m.startswith("hpccoll")] + \
+    return [m for m in found if m in ("mpi4py.MPI", "hpccoll") or m.startswith("hpccoll.")] + \
         ["mpi4py.MPI" for m in found if m == "mpi4py" and isinstance(node, ast.ImportFrom)
          and any(a.name == "MPI" for a in node.names)]
 

@@ -1,9 +1,11 @@
 """What the package says about itself: its version (one, in hpccoll/__init__.py, which
 setup.cfg reads), its licence file, a namespace of public names only, and the collectives'
-public functions, made from their specs, as they were written by hand."""
+public functions, made from their specs, as they were written by hand; so are
+``hpccoll.Comm``'s methods and the C functions the compiled native executor posts."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import dis
 import inspect
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import hpccoll
-from hpccoll.collectives import SPECS
+from hpccoll.collectives import SPECS, nonblocking
 from hpccoll.requests import PersistentRequest, Request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,3 +155,52 @@ def test_api_py_names_no_collective():
     for spec in SPECS.values():
         for name in spec.functions:
             assert not re.search(rf"(?<![.\w]){name}\b", source), name
+
+
+def test_comm_has_the_methods_the_specs_name_with_mpi4py_signatures():
+    """hpccoll.Comm overrides the mpi4py methods each spec names (``comm_methods``) in their
+    three forms, each with mpi4py's own parameters and defaults (the buffers, the method's
+    own, then op and root as the spec's flags say), and no other collective."""
+    from mpi4py import MPI
+
+    from hpccoll.comm import Comm, _Collectives
+    made = [name for spec in SPECS.values() for method in spec.comm_methods
+            for name in (method, nonblocking(method), method + "_init")]
+    others = {"Free", "Clone", "Dup", "Dup_with_info", "Idup", "Idup_with_info"}
+    assert {name for name in vars(_Collectives) if name[0].isupper()} - others == set(made)
+    assert len(made) == len(set(made)) == 27
+    for name in made:
+        ours, theirs = (inspect.signature(getattr(cls, name)).parameters.values()
+                        for cls in (Comm, MPI.Intracomm))
+        assert [(p.name, p.default) for p in ours] == [(p.name, p.default) for p in theirs]
+        assert getattr(Comm, name) is not getattr(MPI.Intracomm, name), name
+
+
+def test_native_posts_the_c_function_of_each_spec_s_mpi_method():
+    from hpccoll.collectives import spec
+    from hpccoll.runtime import libmpi, native
+    from hpccoll.schedule import Call
+    want = {"allreduce": "MPI_Iallreduce", "allgather": "MPI_Iallgather",
+            "alltoall": "MPI_Ialltoall", "alltoallv": "MPI_Ialltoallv",
+            "reduce_scatter": "MPI_Ireduce_scatter", "bcast": "MPI_Ibcast",
+            "reduce": "MPI_Ireduce"}
+    assert set(want) == set(SPECS)
+    for name, function in want.items():
+        call = spec(name).uniform_call(3, 1, 2)
+        assert libmpi.FUNCTIONS[native.posted(spec(name).native_method(call))] == function
+    uneven = Call("allgather", 3, 1, (1, 2, 3))
+    assert libmpi.FUNCTIONS[native.posted(spec("allgather").native_method(uneven))] == \
+        "MPI_Iallgatherv"
+    assert native.posted("Scan") is None        # no branch of the compiled function
+
+
+@pytest.mark.parametrize("module", ["comm.py", "runtime/native.py"])
+def test_the_per_collective_tables_are_made_from_the_specs(module):
+    """comm.py and runtime/native.py hold no table of collectives: no string in their code
+    is a collective's name, its mpi4py method or its C function."""
+    names = {name for spec in SPECS.values() for method in (*spec.comm_methods, spec.mpi_name)
+             for name in (spec.name, method, nonblocking(method), "MPI_" + nonblocking(method))}
+    tree = ast.parse((ROOT / "hpccoll" / module).read_text())
+    strings = {node.value for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert not strings & names

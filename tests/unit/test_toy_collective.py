@@ -1,7 +1,8 @@
 """Adding a collective is one spec plus its planners: a toy one (tests/toy_collective.py, an
 inclusive scan), added from outside the package, gets its three public functions and package
 names, its settings variable, the verifier, ``hpccoll verify`` and ``explain``, with no other
-file touched.  It runs in a child process, so the other tests see the shipped collectives
+file touched (hpccoll.Comm's methods and the compiled native executor's calls are the ones
+its spec names).  It runs in a child process, so the other tests see the shipped collectives
 only (the MPI case, calling and benchmarking it: tests/mpi/test_mpi_toy_collective.py)."""
 
 from __future__ import annotations
@@ -54,6 +55,27 @@ for taken, says in (("scan", "cannot add collective 'scan': it exists"),
     assert list(collectives.SPECS)[-1] == "scan" and collectives.NAMES[-1] == "scan"
 assert api.prepare.__module__ == "hpccoll.prepared" and not hasattr(api, "iprepare")
 assert "prepare" not in hpccoll.__all__ and not hasattr(hpccoll, "iprepare")
+
+# hpccoll.Comm runs the mpi4py methods a spec names (comm_methods): the scan names none, so
+# Comm.Scan stays mpi4py's; a method hpccoll.Comm cannot read is refused, nothing added; the
+# compiled native executor posts no MPI_Iscan, so native scans go through mpi4py
+from mpi4py import MPI
+from hpccoll.comm import Comm
+from hpccoll.runtime import native
+assert Comm.Scan is MPI.Intracomm.Scan and not hasattr(Comm, "Iscan_init")
+readless = type("Readless", (toy_collective.Scan,), {"name": "exscan",
+                                                      "comm_methods": {"Exscan": ()}})
+try:
+    collectives.add(readless())
+except ValueError as error:
+    assert "hpccoll.Comm has no reader of mpi4py's Exscan" in str(error), error
+else:
+    raise AssertionError("a method Comm cannot read was added")
+assert "exscan" not in collectives.SPECS and not hasattr(api, "exscan")
+assert Comm.Exscan is MPI.Intracomm.Exscan
+assert not native.runs("scan", np.dtype("float64"))
+assert native.executor("scan", np.dtype("float64")) == \
+    "mpi4py's non-blocking scan (the compiled executor does not post it)"
 
 # its planner, its settings variable, and auto's choice by the cost model
 assert [a.name for a in registry.algorithms("scan")] == ["linear"]
