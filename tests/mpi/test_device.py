@@ -491,6 +491,15 @@ def test_device_misuse_raises_on_every_rank_before_any_message(mpi_ranks, comm):
     assert np.all(host(result) == 7 * p)
 
 
+def user_max():
+    """A user-defined MPI op (the element-wise maximum of float64s): hpccoll.Comm hands a
+    call with it to MPI's own collective.  The caller frees it."""
+    from mpi4py import MPI
+    return MPI.Op.Create(lambda a, b, datatype: np.maximum(
+        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
+        out=np.frombuffer(b, np.float64)), commute=True)
+
+
 @pytest.mark.mpi(ranks=[1, 2], timeout=300)
 def test_comm_gives_mpi_device_memory_only_where_it_is_gpu_aware(mpi_ranks, comm):
     """hpccoll.Comm's hand-over to MPI's own collective (a user-defined op, IN_PLACE
@@ -503,9 +512,7 @@ def test_comm_gives_mpi_device_memory_only_where_it_is_gpu_aware(mpi_ranks, comm
     p, r = comm.size, comm.rank
     n = 4096
     values = data(r, n, "float64")
-    biggest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
-        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
-        out=np.frombuffer(b, np.float64)), commute=True)
+    biggest = user_max()
     try:
         for aware in ("0", "1"):
             os.environ["HPCCOLL_GPU_AWARE"] = aware
@@ -548,9 +555,7 @@ def test_comm_hands_mpi_device_memory_after_its_producers_streams(mpi_ranks, com
     p, r = comm.size, comm.rank
     n = 512
     values = data(r, n, "float64")
-    biggest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
-        np.frombuffer(a, np.float64), np.frombuffer(b, np.float64),
-        out=np.frombuffer(b, np.float64)), commute=True)
+    biggest = user_max()
     want = np.empty(n)
     comm.Allreduce(values, want, op=MPI.MAX)
     mine = np.arange(2.0 * p) + 10 * r

@@ -35,6 +35,23 @@ def serves(collective, name, p, options=None):
     return registry.get(collective, name).violated(call) is None
 
 
+def check_rat(comm, sub, cases, label):
+    """RAT's allreduce on ``sub`` (a duplicate of ``comm`` with a topology of nodes or
+    racks), into a new array and IN_PLACE, against the native allreduce on ``comm``, for
+    each (elements, options) of ``cases``."""
+    import hpccoll
+    from mpi4py import MPI
+    for n, options in cases:
+        send = data(comm.rank, n, "float64")
+        want = np.zeros(n)
+        comm.Allreduce(send, want)
+        got = np.zeros(n)
+        hpccoll.allreduce(sub, send, got, algorithm="rat", options=options)
+        check(got, want, f"rat {label} {options} n={n}")
+        hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
+        check(send, want, f"rat IN_PLACE {label} {options} n={n}")
+
+
 @pytest.mark.mpi(ranks=RANKS, timeout=300)
 def test_allgather_and_alltoall_match_native(mpi_ranks, comm):
     import hpccoll
@@ -145,16 +162,8 @@ def test_allreduce_matches_native(mpi_ranks, comm):
     sub = comm.Dup()
     hpccoll.set_topology(sub, Topology.from_levels(node=[i // 2 for i in range(p)],
                                                    rack=[i // 4 for i in range(p)]))
-    for n, options in [(0, {"segment_bytes": 64}), (1000, {"segment_bytes": 64}),
-                       (300_001, {})]:
-        send = data(r, n, "float64")
-        want = np.zeros(n)
-        comm.Allreduce(send, want)
-        got = np.zeros(n)
-        hpccoll.allreduce(sub, send, got, algorithm="rat", options=options)
-        check(got, want, f"rat {options} n={n}")
-        hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
-        check(send, want, f"rat IN_PLACE {options} n={n}")
+    check_rat(comm, sub, [(0, {"segment_bytes": 64}), (1000, {"segment_bytes": 64}),
+                          (300_001, {})], "racks of 4")
     # declared options: an unknown name or a value out of range is refused on every rank
     # before any message (the receive buffer stays as it was)
     for name, options, words in [("rat", {"segment_bytes": -4}, "option segment_bytes is a "),
@@ -175,25 +184,14 @@ def test_rat_pipelined_on_the_environments_topology(mpi_ranks, comm, monkeypatch
     """RAT, pipelined, on a topology given by HPCCOLL_TOPOLOGY (read when a communicator is
     first used): one element a segment (a shard in as many segments as it has elements), a
     few elements a segment and the default, against the native allreduce."""
-    import hpccoll
-    from mpi4py import MPI
-    p, r = comm.size, comm.rank
     specs = {2: ["nodes=2,ppn=1"], 3: ["nodes=3,ppn=1"],
-             4: ["racks=2,nodes_per_rack=2,ppn=1", "nodes=2,ppn=2"]}[p]
+             4: ["racks=2,nodes_per_rack=2,ppn=1", "nodes=2,ppn=2"]}[comm.size]
     for spec in specs:
         monkeypatch.setenv("HPCCOLL_TOPOLOGY", spec)
         sub = comm.Dup()
-        for n, options in [(0, {"segment_bytes": 8}), (1, {"segment_bytes": 8}),
-                           (37, {"segment_bytes": 8}), (1001, {"segment_bytes": 40}),
-                           (200_003, {})]:
-            send = data(r, n, "float64")
-            want = np.zeros(n)
-            comm.Allreduce(send, want)
-            got = np.zeros(n)
-            hpccoll.allreduce(sub, send, got, algorithm="rat", options=options)
-            check(got, want, f"rat {spec} {options} n={n}")
-            hpccoll.allreduce(sub, MPI.IN_PLACE, send, algorithm="rat", options=options)
-            check(send, want, f"rat IN_PLACE {spec} {options} n={n}")
+        check_rat(comm, sub, [(0, {"segment_bytes": 8}), (1, {"segment_bytes": 8}),
+                              (37, {"segment_bytes": 8}), (1001, {"segment_bytes": 40}),
+                              (200_003, {})], spec)
         sub.Free()
 
 
