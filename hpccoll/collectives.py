@@ -203,7 +203,7 @@ class Allgather(Collective):
         return self.mpi_name if len(set(call.counts)) <= 1 else "Allgatherv"
 
     def native_args(self, call, mpi_type, op):
-        if len(set(call.counts)) <= 1:
+        if self.native_method(call) == self.mpi_name:       # equal blocks: Allgather
             return super().native_args(call, mpi_type, op)
         from mpi4py import MPI
         spec = [call.counts, offsets(call.counts), mpi_type]

@@ -686,7 +686,7 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
                           lambda s, r: method(s, r)):
                 runs = [check(collective, algorithm, start, send, recv) for _ in range(4)]
                 request = runs[-1]
-                run = request._request if isinstance(request, hpccoll.comm.Request) else \
+                run = request._request if isinstance(request, hpccoll.comm.CommRequest) else \
                     request._operation
                 fast = NativeStarted if algorithm == "native" else Started
                 assert isinstance(run, fast) == libmpi.available(), (collective, algorithm)
