@@ -108,6 +108,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(args, tmp_pa
     assert os.listdir(tmp_path) == []            # the probe of writability left nothing
 
 
+@pytest.mark.parametrize("path, why", [("/nonexistent-hpccoll/bench.json",
+                                        "no directory /nonexistent-hpccoll"),
+                                       ("/proc/hpccoll-bench.json", None)])
+def test_an_unwritable_output_is_refused_before_the_run(path, why):
+    """A file in a directory that does not exist, or in one where no file can be created
+    (/proc, even for root; the reason is the system's): refused when the arguments are
+    read, nothing timed."""
+    done = hpccoll("bench", "allreduce", "-m", "8", *QUICK, "--json", path, ranks=2)
+    start = f"hpccoll bench: error: argument --json: cannot write {path}: "
+    reason = one_error_line(done, start)[len(start):]
+    assert reason == why if why else reason
+    assert done.stdout == ""
+
+
 def test_an_output_in_a_writable_directory_leaves_no_probe_behind(tmp_path):
     out = tmp_path / "bench.json"
     done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "8", *QUICK, "--json", str(out),
