@@ -42,7 +42,7 @@ from typing import Any
 from hpccoll.sim.native import select
 from hpccoll.sim.platform import build
 from hpccoll.sim.replay import Pause
-from hpccoll.tools.simulate import measured, simulate
+from hpccoll.tools.simulate import measured, simulated_results
 
 RESNET50 = 97 << 20
 MIB = 1 << 20
@@ -54,7 +54,8 @@ def rat_oversubscription() -> str:
     for hosts in (4, 8, 12, 16, 20, 24):
         target = build(f"spineleaf:spines=2,leaves=4,hosts={hosts}")
         times = {r.algorithm: r.time_us / 1e3 for r in
-                 simulate("allreduce", ["ring", "rat", "ps"], target, [RESNET50], "float32")}
+                 simulated_results("allreduce", ["ring", "rat", "ps"], target, [RESNET50],
+                                   "float32")}
         out.append(f"| {hosts} | {target.ranks} | {target.notes['oversubscription']} | "
                    f"{times['ring']:.1f} | {times['rat']:.1f} | {times['ps']:.1f} | "
                    f"{times['ps'] / times['rat']:.2f} | {times['ring'] / times['rat']:.2f} |")
@@ -69,8 +70,9 @@ def rat_failures() -> str:
     base: dict[str, float] = {}
     for k in (0, 1, 2, 4, 8):
         for period in ((1e-3,) if k == 0 else (1e-3, 10e-3)):
-            runs = [simulate("allreduce", ["ring", "rat", "ps"], target, [RESNET50], "float32",
-                             Pause(k, period, seed)) for seed in ((0,) if k == 0 else (0, 1, 2))]
+            runs = [simulated_results("allreduce", ["ring", "rat", "ps"], target, [RESNET50],
+                                      "float32", Pause(k, period, seed))
+                    for seed in ((0,) if k == 0 else (0, 1, 2))]
             mean = {name: statistics.mean(r.time_us / 1e3 for run in runs for r in run
                                           if r.algorithm == name)
                     for name in ("ring", "rat", "ps")}
@@ -122,7 +124,7 @@ def tasp() -> str:
         target = build(spec)
         p = target.ranks
         sizes = [kv_block(length * p // 8, p) for length, _, _ in TASP_TABLE1]
-        results = simulate("allgather", ["ring", "multiring"], target, sizes, "float32",
+        results = simulated_results("allgather", ["ring", "multiring"], target, sizes, "float32",
                            flat=flat)
         for (length, ccr, paper), size in zip(TASP_TABLE1, sizes):
             row = {r.algorithm: r for r in results if r.bytes == size}

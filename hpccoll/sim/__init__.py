@@ -2,7 +2,7 @@
 
 - :mod:`.platform`: machines described in Python from a ``KIND:key=value`` spec (fullmesh,
   switch, cluster, spineleaf, fattree, torus, mesh, dragonfly; declared once in its
-  ``KINDS`` table): links, routes, the topology the planners see and the cost model's machine
+  ``PLATFORMS`` table): links, routes, the topology the planners see and the cost model's machine
   of the same links.
 - :mod:`.parts`: what platforms are made of (units, links, the :class:`~hpccoll.sim.parts.
   Platform` record); :mod:`.grids`: the torus, mesh and dragonfly kinds.

@@ -1,5 +1,5 @@
 """Torus, mesh and dragonfly platforms (kinds ``torus``, ``mesh`` and ``dragonfly`` of
-:data:`hpccoll.sim.platform.KINDS`): SimGrid's own torus and dragonfly zones, which route
+:data:`hpccoll.sim.platform.PLATFORMS`): SimGrid's own torus and dragonfly zones, which route
 themselves, and the same routes in Python (:attr:`Platform.route`) with SimGrid's link names,
 so that links can be retuned after the zone is built and tests can compare the two.
 """

@@ -10,7 +10,7 @@ and spine, or SimGrid's own torus, dragonfly and fat-tree zones, which route the
 Every link names its level (node, nic, host, spine, pod, core, dimN, local, global): the
 replay's traffic is summed by level.
 
-The kinds are declared once, in :data:`KINDS` (what each is, its keys with their defaults, its
+The kinds are declared once, in :data:`PLATFORMS` (what each is, its keys with their defaults, its
 builder); ``hpccoll simulate --platforms`` lists them.  Every key has a default, so
 ``fullmesh:n=8`` or even ``fullmesh`` is a valid spec; bandwidths as ``50GB/s``, ``400Gb/s``,
 ``100Gbps`` or bytes/s; latencies as ``2us``, ``500ns``, ``1ms`` or seconds.  Keys common to
@@ -33,7 +33,7 @@ from .trees import ecmp_hash, fattree, spineleaf
 from .parts import (Key, Links, NetLink, Network, Platform, bandwidth, latency, machine_of,
                     parse_count, parse_ecmp, parse_fabric, parse_seed)
 
-__all__ = ["GRID_ZONE", "KINDS", "Kind", "NetLink", "Network", "Platform", "bandwidth",
+__all__ = ["GRID_ZONE", "PLATFORMS", "Kind", "NetLink", "Network", "Platform", "bandwidth",
            "build", "describe", "ecmp_hash", "grid_link_name", "latency", "parse",
            "torus_hops"]
 
@@ -102,7 +102,7 @@ _COMMON = {
 
 
 
-KINDS: dict[str, Kind] = {
+PLATFORMS: dict[str, Kind] = {
     "fullmesh": Kind(
         "n GPUs, one link per ordered pair (an AMD MI300X-like Infinity Fabric mesh)",
         {"n": Key(parse_count, "8", "GPUs"),
@@ -175,10 +175,10 @@ KINDS: dict[str, Kind] = {
 def parse(spec: str) -> tuple[str, dict[str, object]]:
     """'KIND:key=value,...' -> (kind, every key of the kind with its value, defaults filled)."""
     kind, _, rest = spec.strip().partition(":")
-    if kind not in KINDS:
-        raise ValueError(f"unknown platform kind {kind!r}: choose one of {', '.join(KINDS)} "
+    if kind not in PLATFORMS:
+        raise ValueError(f"unknown platform kind {kind!r}: choose one of {', '.join(PLATFORMS)} "
                          "(hpccoll simulate --platforms lists their keys)")
-    keys = {**KINDS[kind].keys, **_COMMON}
+    keys = {**PLATFORMS[kind].keys, **_COMMON}
     given: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         name, sep, value = item.partition("=")
@@ -192,13 +192,13 @@ def parse(spec: str) -> tuple[str, dict[str, object]]:
 def build(spec: str) -> Platform:
     """The :class:`Platform` of a ``KIND:key=value,...`` spec."""
     kind, values = parse(spec)
-    return KINDS[kind].build(spec, values)
+    return PLATFORMS[kind].build(spec, values)
 
 
 def describe() -> str:
     """The kinds, what each is, their keys and defaults (``hpccoll simulate --platforms``)."""
     lines = []
-    for name, kind in KINDS.items():
+    for name, kind in PLATFORMS.items():
         lines.append(f"{name}: {kind.help}")
         for key_name, key in {**kind.keys, **_COMMON}.items():
             lines.append(f"  {key_name:<10} {key.default:<9} {key.help}")

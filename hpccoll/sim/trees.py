@@ -1,5 +1,5 @@
 """Spine-leaf and fat-tree platforms (kinds ``spineleaf`` and ``fattree`` of
-:data:`hpccoll.sim.platform.KINDS`) on SimGrid's zone routing, with no route per rank pair.
+:data:`hpccoll.sim.platform.PLATFORMS`) on SimGrid's zone routing, with no route per rank pair.
 
 - ``fattree``: SimGrid's own FatTreeZone (an extended generalized fat tree of three levels,
   ``3;k/2,k/2,k;1,k/2,k/2;1,1,1``), whose d-mod-k routing climbs by destination: edge to

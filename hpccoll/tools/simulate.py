@@ -130,8 +130,9 @@ def model(target: Any, planned: list[Any], itemsize: int) -> float:
                         target.machine, target.topology.regions[0])
 
 
-def simulate(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
-             pause: Any = None, flat: bool = False, options: tuple = ()) -> list[Any]:
+def simulated_results(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
+                      pause: Any = None, flat: bool = False, options: tuple = ()
+                      ) -> list[Any]:
     """Results (bench's :class:`~hpccoll.tools.results.Result` rows, ``model_us`` the cost
     model's prediction for the same schedules) of every algorithm at every size on
     ``target``, each planned once (``flat``, planner ``options``:
@@ -142,7 +143,7 @@ def simulate(collective: str, names: list[str], target: Any, sizes: list[int], d
 def measured(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
              pause: Any = None, flat: bool = False, options: tuple = ()
              ) -> tuple[list[Any], dict[str, float], list[Any]]:
-    """:func:`simulate`'s results, the simulator's speed (planning seconds, simulation
+    """:func:`simulated_results`'s results, the simulator's speed (planning seconds, simulation
     seconds: building the platform and running every job, transfers simulated and their
     rate per second of simulation) and each result's traffic by level
     (:func:`hpccoll.sim.traffic.traffic`)."""

@@ -15,7 +15,7 @@ from . import arguments
 from .bench_command import (API_NATIVE, BENCH_COLLECTIVES, SIZES_HELP, add_timing_arguments,
                             selected_algorithms, skipped_by_all)
 from .launcher import note_if_alone
-from .simulate import algorithms_for, platform_spec, simulate
+from .simulate import algorithms_for, platform_spec, simulated_results
 
 
 def bench_collective(name: str) -> str:
@@ -69,7 +69,8 @@ def run_simulated(args: argparse.Namespace) -> int:
     table = _existing(args.out)
     for collective in args.collectives or list(BENCH_COLLECTIVES):
         names = algorithms_for(collective, "all", target)
-        results = simulate(collective, names, target, size_range(args.sizes), args.dtype)
+        results = simulated_results(collective, names, target, size_range(args.sizes),
+                                    args.dtype)
         timings: dict[int, dict[str, float]] = {}
         for r in results:
             timings.setdefault(r.bytes, {})[r.algorithm] = r.time_us

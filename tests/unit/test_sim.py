@@ -31,8 +31,8 @@ def simgrid():
 
 
 def simulated(collective, names, spec, sizes, **options):
-    from hpccoll.tools.simulate import simulate
-    return simulate(collective, names, build(spec), sizes, "float32", **options)
+    from hpccoll.tools.simulate import simulated_results
+    return simulated_results(collective, names, build(spec), sizes, "float32", **options)
 
 
 # ------------------------------------------------------------------------------ platforms
@@ -215,21 +215,22 @@ def test_paused_nodes_hold_transfers_back_deterministically(simgrid):
 def test_slow_rank_slows_every_step_of_the_ring(simgrid):
     """Rank 1's port 4x slower: each of the 3 steps of a 4-rank ring waits for its 4 MiB
     block at a quarter of 450 GB/s, 3 x 3 x (4 MiB / 450 GB/s) more in all."""
-    from hpccoll.tools.simulate import simulate
+    from hpccoll.tools.simulate import simulated_results
     p = build("switch:n=4")
-    fast = simulate("allgather", ["ring"], p, [1 << 22], "float32")[0].time_us
-    slow = simulate("allgather", ["ring"], p.slowed(1, 4.0), [1 << 22], "float32")[0].time_us
+    fast = simulated_results("allgather", ["ring"], p, [1 << 22], "float32")[0].time_us
+    slow = simulated_results("allgather", ["ring"], p.slowed(1, 4.0), [1 << 22],
+                             "float32")[0].time_us
     assert slow == pytest.approx(fast + 3 * 3 * (1 << 22) / 450e9 * 1e6, rel=1e-4)
 
 
 def test_every_link_slower_slows_every_transfer(simgrid):
     """All links of a 4-GPU switch 2x slower: each of the ring's 3 steps moves its 4 MiB block
     at 225 GB/s instead of 450, 3 x (4 MiB / 450 GB/s) more in all; nothing else changes."""
-    from hpccoll.tools.simulate import simulate
+    from hpccoll.tools.simulate import simulated_results
     p = build("switch:n=4")
-    fast = simulate("allgather", ["ring"], p, [1 << 22], "float32")[0].time_us
-    slow = simulate("allgather", ["ring"], p.with_slow_links(len(p.links), 2.0), [1 << 22],
-                    "float32")[0].time_us
+    fast = simulated_results("allgather", ["ring"], p, [1 << 22], "float32")[0].time_us
+    slow = simulated_results("allgather", ["ring"], p.with_slow_links(len(p.links), 2.0),
+                             [1 << 22], "float32")[0].time_us
     assert slow == pytest.approx(fast + 3 * (1 << 22) / 450e9 * 1e6, rel=1e-4)
 
 

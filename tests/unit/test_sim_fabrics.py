@@ -18,7 +18,7 @@ import pytest
 from hpccoll.costmodel import Link, Machine, step_time
 from hpccoll.schedule import Region, Send, Step
 from hpccoll.sim import engine
-from hpccoll.sim.platform import KINDS, build, describe
+from hpccoll.sim.platform import PLATFORMS, build, describe
 from hpccoll.sim.replay import Pause
 from hpccoll.tools.arguments import planner_option
 from test_sim import simgrid  # noqa: F401 -- the fixture: SimGrid there, or skip/fail
@@ -146,7 +146,7 @@ def test_spineleaf_ecmp_hash_spreads_a_rounds_flows_and_sum_is_the_old_rule():
 
 def test_kinds_are_listed_with_their_keys():
     listing = describe()
-    for name, kind in KINDS.items():
+    for name, kind in PLATFORMS.items():
         assert f"{name}: {kind.help}" in listing
     assert "  dims       4x4" in listing and "  ecmp       hash" in listing
     with pytest.raises(ValueError, match="bad dims"):
@@ -238,8 +238,8 @@ def test_bad_planner_options(bad):
 # ------------------------------------------------------------------------------ replay
 
 def simulated(collective, names, platform, size, **options):
-    from hpccoll.tools.simulate import simulate
-    return simulate(collective, names, platform, [size], "float32", **options)
+    from hpccoll.tools.simulate import simulated_results
+    return simulated_results(collective, names, platform, [size], "float32", **options)
 
 
 def _routes_in_simgrid(platform):

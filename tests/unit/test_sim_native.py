@@ -114,11 +114,11 @@ def test_unreplayed_selections_are_refused():
 
 def test_native_replays_take_the_selected_algorithms_time(simgrid):
     from hpccoll.sim.platform import build
-    from hpccoll.tools.simulate import simulate
+    from hpccoll.tools.simulate import simulated_results
     target = build("torus:dims=4x4")
     sizes = [8, 1 << 10, 1 << 20]
-    rows = simulate("alltoall", ["native:mpich", "native:openmpi", "bruck", "direct", "xor",
-                                 "pairwise"], target, sizes, "float32")
+    rows = simulated_results("alltoall", ["native:mpich", "native:openmpi", "bruck", "direct",
+                                          "xor", "pairwise"], target, sizes, "float32")
     time = {(r.algorithm, r.bytes): r.time_us for r in rows}
     resolved = {(r.algorithm, r.bytes): r.resolved for r in rows}
     for size in sizes:
