@@ -31,52 +31,13 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from bench_percall import calls_for, loop_time
+from bench_percall import calls_for, loop_time, method_arguments
 from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
 FORMS = ("blocking", "nonblocking", "persistent")
 METHODS = ("Allgather", "Allgatherv", "Alltoall", "Alltoallv", "Reduce_scatter_block",
            "Reduce_scatter", "Allreduce", "Bcast", "Reduce")
-
-
-def method_arguments(method: str, p: int, rank: int, nbytes: int
-                     ) -> tuple[tuple, str, tuple, dict]:
-    """(mpi4py's arguments, the hpccoll function's name, its arguments after comm, its
-    keywords) for a ``nbytes`` call (OSU convention: allreduce/reduce/bcast the vector,
-    allgather(v)/alltoall(v) one rank's block, reduce_scatter the whole vector)."""
-    n = max(1, nbytes // 4)
-    f32 = np.float32
-    if method in ("Allgather", "Allgatherv"):
-        send, recv = np.ones(n, f32), np.zeros(n * p, f32)
-        if method == "Allgather":
-            return (send, recv), "allgather", (send, recv), {}
-        counts = [n] * p
-        return (send, [recv, counts]), "allgather", (send, recv), {"recvcounts": counts}
-    if method in ("Alltoall", "Alltoallv"):
-        send, recv = np.ones(n * p, f32), np.zeros(n * p, f32)
-        if method == "Alltoall":
-            return (send, recv), "alltoall", (send, recv), {}
-        counts = [n] * p
-        return ([send, counts], [recv, counts]), "alltoallv", \
-            ([send, counts], [recv, counts]), {}
-    if method in ("Reduce_scatter_block", "Reduce_scatter"):
-        block = max(1, n // p)
-        send, recv = np.ones(block * p, f32), np.zeros(block, f32)
-        if method == "Reduce_scatter_block":
-            return (send, recv, MPI.SUM), "reduce_scatter", (send, recv), {}
-        counts = [block] * p
-        return (send, recv, counts, MPI.SUM), "reduce_scatter", (send, recv), \
-            {"recvcounts": counts}
-    if method == "Allreduce":
-        send, recv = np.ones(n, f32), np.zeros(n, f32)
-        return (send, recv, MPI.SUM), "allreduce", (send, recv), {}
-    if method == "Bcast":
-        buf = np.ones(n, f32)
-        return (buf, 0), "bcast", (buf,), {"root": 0}
-    send, recv = np.ones(n, f32), np.zeros(n, f32)
-    return (send, recv, MPI.SUM, 0), "reduce", (send, recv if rank == 0 else None), \
-        {"root": 0}
 
 
 REQUESTS: list = []         # the persistent requests made, freed at the end

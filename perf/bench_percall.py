@@ -9,11 +9,13 @@ whole round ``--repeat`` times, and each cell is the median.  ``native`` is
 can be kept); ``auto``, ``hpccoll-native`` and the scheduled algorithms go through hpccoll's
 API, ``<algorithm>/persistent`` through ``<collective>_init`` (``start()`` then
 ``wait()`` per call); ``vs native`` = native time / time (above 1: faster than mpi4py).
-Sizes in the OSU convention (allreduce: the vector; allgather and alltoall: one rank's block;
-reduce_scatter: the whole vector), float32 sums.
+Sizes in the OSU convention (allreduce, bcast and reduce: the vector; allgather and
+alltoall(v): one rank's block; reduce_scatter: the whole vector), float32 sums; bcast and
+reduce to rank 0, whose non-root ranks pass hpccoll no receive buffer.
 
 Usage: mpiexec -n 2 python perf/bench_percall.py [--sizes 8,64,512,4K,64K] [--seconds 0.1]
-       [--repeat 5] [--collectives allreduce,allgather,alltoall,reduce_scatter]
+       [--repeat 5] [--collectives allreduce,allgather,alltoall,alltoallv,reduce_scatter,
+       bcast,reduce]
        [--algorithms ring,bruck,...] [--no-persistent]
 """
 
@@ -33,49 +35,83 @@ from hpccoll.collectives import nonblocking, uniform_call
 from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
-COLLECTIVES = ("allreduce", "allgather", "alltoall", "reduce_scatter")
+COLLECTIVES = ("allreduce", "allgather", "alltoall", "alltoallv", "reduce_scatter", "bcast",
+               "reduce")
 SCHEDULED = {"allreduce": ("ring", "recursive_doubling", "direct"),
              "allgather": ("ring", "recursive_doubling", "direct"),
              "alltoall": ("bruck", "hypercube", "pairwise", "direct"),
-             "reduce_scatter": ("ring", "recursive_halving", "direct")}
+             "alltoallv": ("direct", "pairwise", "xor"),
+             "reduce_scatter": ("ring", "recursive_halving", "direct"),
+             "bcast": ("binomial", "chain", "bine"),
+             "reduce": ("binomial", "chain", "bine")}
+# mpi4py's method each collective is timed against (reduce_scatter: the even split)
 NATIVE_CALLS = {"allreduce": "Allreduce", "allgather": "Allgather", "alltoall": "Alltoall",
-                "reduce_scatter": "Reduce_scatter_block"}
+                "alltoallv": "Alltoallv", "reduce_scatter": "Reduce_scatter_block",
+                "bcast": "Bcast", "reduce": "Reduce"}
 
 
-def buffers(collective: str, p: int, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """float32 send and receive arrays of a ``nbytes`` call (OSU convention)."""
+def method_arguments(method: str, p: int, rank: int, nbytes: int
+                     ) -> tuple[tuple, str, tuple, dict]:
+    """(mpi4py's arguments, the hpccoll function's name, its arguments after comm, its
+    keywords) for a ``nbytes`` call (OSU convention: allreduce/reduce/bcast the vector,
+    allgather(v)/alltoall(v) one rank's block, reduce_scatter the whole vector)."""
     n = max(1, nbytes // 4)
-    if collective == "allreduce":
-        sizes = (n, n)
-    elif collective == "allgather":
-        sizes = (n, n * p)
-    elif collective == "alltoall":
-        sizes = (n * p, n * p)
-    else:
-        n = max(1, n // p)
-        sizes = (n * p, n)
-    send = np.arange(sizes[0], dtype=np.float32)
-    return send, np.zeros(sizes[1], np.float32)
+    f32 = np.float32
+    if method in ("Allgather", "Allgatherv"):
+        send, recv = np.ones(n, f32), np.zeros(n * p, f32)
+        if method == "Allgather":
+            return (send, recv), "allgather", (send, recv), {}
+        counts = [n] * p
+        return (send, [recv, counts]), "allgather", (send, recv), {"recvcounts": counts}
+    if method in ("Alltoall", "Alltoallv"):
+        send, recv = np.ones(n * p, f32), np.zeros(n * p, f32)
+        if method == "Alltoall":
+            return (send, recv), "alltoall", (send, recv), {}
+        counts = [n] * p
+        return ([send, counts], [recv, counts]), "alltoallv", \
+            ([send, counts], [recv, counts]), {}
+    if method in ("Reduce_scatter_block", "Reduce_scatter"):
+        block = max(1, n // p)
+        send, recv = np.ones(block * p, f32), np.zeros(block, f32)
+        if method == "Reduce_scatter_block":
+            return (send, recv, MPI.SUM), "reduce_scatter", (send, recv), {}
+        counts = [block] * p
+        return (send, recv, counts, MPI.SUM), "reduce_scatter", (send, recv), \
+            {"recvcounts": counts}
+    if method == "Allreduce":
+        send, recv = np.ones(n, f32), np.zeros(n, f32)
+        return (send, recv, MPI.SUM), "allreduce", (send, recv), {}
+    if method == "Bcast":
+        buf = np.ones(n, f32)
+        return (buf, 0), "bcast", (buf,), {"root": 0}
+    send, recv = np.ones(n, f32), np.zeros(n, f32)
+    return (send, recv, MPI.SUM, 0), "reduce", (send, recv if rank == 0 else None), \
+        {"root": 0}
 
 
-def variants(comm: MPI.Intracomm, collective: str, send: np.ndarray, recv: np.ndarray,
-             algorithms: tuple[str, ...], persistent: bool) -> dict[str, Callable[[], None]]:
-    """name -> one call, for the variants that apply to this call."""
-    native = getattr(comm, NATIVE_CALLS[collective])
-    blocking = getattr(hpccoll, collective)
-    init = getattr(hpccoll, collective + "_init")
-    start_native = getattr(comm, nonblocking(NATIVE_CALLS[collective]))
-    out = {"native": lambda: native(send, recv),
-           "native-nonblocking": lambda: start_native(send, recv).Wait()}
+
+def variants(comm: MPI.Intracomm, collective: str, nbytes: int, algorithms: tuple[str, ...],
+             persistent: bool) -> dict[str, Callable[[], None]]:
+    """name -> one call of ``collective`` on ``nbytes`` (:func:`method_arguments`), for the
+    variants that apply to this call."""
+    method = NATIVE_CALLS[collective]
+    native_arguments, function, arguments, keywords = \
+        method_arguments(method, comm.size, comm.rank, nbytes)
+    native = getattr(comm, method)
+    start_native = getattr(comm, nonblocking(method))
+    blocking = getattr(hpccoll, function)
+    init = getattr(hpccoll, function + "_init")
+    out = {"native": lambda: native(*native_arguments),
+           "native-nonblocking": lambda: start_native(*native_arguments).Wait()}
     call = uniform_call(collective, comm.size, comm.rank, 1)
     applies = {a.name for a in registry.algorithms(collective) if a.violated(call) is None}
     for name in ("auto", "native", *algorithms):
         if name not in ("auto", "native") and name not in applies:
             continue
         label = "hpccoll-native" if name == "native" else name
-        out[label] = lambda name=name: blocking(comm, send, recv, algorithm=name)
+        out[label] = lambda name=name: blocking(comm, *arguments, algorithm=name, **keywords)
         if persistent and name in algorithms:
-            request = init(comm, send, recv, algorithm=name)
+            request = init(comm, *arguments, algorithm=name, **keywords)
             out[f"{name}/persistent"] = lambda request=request: (request.start(),
                                                                  request.wait())
     return out
@@ -110,7 +146,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.1, help="per cell and round")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
-                        help="comma-separated (default: all four)")
+                        help="comma-separated (default: all seven)")
     parser.add_argument("--algorithms", default=None,
                         help="comma-separated scheduled algorithms (default: per collective "
                              + "; ".join(f"{c}: {','.join(a)}" for c, a in SCHEDULED.items())
@@ -131,8 +167,7 @@ def main() -> None:
         algorithms = tuple(args.algorithms.split(",")) if args.algorithms else \
             SCHEDULED[collective]
         for nbytes in sizes:
-            send, recv = buffers(collective, p, nbytes)
-            runs = variants(comm, collective, send, recv, algorithms, args.persistent)
+            runs = variants(comm, collective, nbytes, algorithms, args.persistent)
             calls = {name: calls_for(comm, run, args.seconds) for name, run in runs.items()}
             samples: dict[str, list[float]] = {name: [] for name in runs}
             for _ in range(args.repeat):
