@@ -7,8 +7,11 @@ when a call fails after it may have sent a message -- a deadline passed
 (:class:`~hpccoll.CollectiveTimeout`), an MPI error, an interrupt -- the context is
 **revoked**: the error is raised once, and every later hpccoll call on the communicator
 raises :class:`~hpccoll.CommunicatorRevoked` naming it, before sending anything.  The
-revoking rank also sends every other rank a notice (a small message on a tag of its own):
-a rank waiting in a collective, or finishing one, on the same communicator finds it and
+revoking rank also sends every other rank a notice (a small message on a private
+communicator of its own, so that probing for one, as every call does when it completes, never
+searches the collectives' messages: a rank that runs ahead leaves its peers a queue of
+unexpected messages, which Open MPI's probe walks whole): a rank waiting in a collective, or
+finishing one, on the same communicator finds it and
 raises CommunicatorRevoked naming the first rank's failure, instead of timing out later or
 returning data that the failed call may have mixed up.  :func:`recover` (every rank) drops
 the revoked state and makes a fresh one on a new private communicator, where no message of
@@ -53,12 +56,13 @@ def check_comm(comm: Any) -> None:
 
 
 class Context:
-    """hpccoll's state for one user communicator: a private duplicate, the plan cache, the
-    tag slots of operations and the revocation state (it is the
-    :class:`~hpccoll.runtime.progress.Guard` of every wait on the duplicate)."""
+    """hpccoll's state for one user communicator: a private duplicate (``comm``) and
+    another for revocation notices (``notices``), the plan cache, the tag slots of operations
+    and the revocation state (it is the :class:`~hpccoll.runtime.progress.Guard` of every
+    wait on the duplicate)."""
 
-    def __init__(self, comm: MPI.Comm, topology: Topology):
-        self.comm = comm
+    def __init__(self, comm: MPI.Comm, notices: MPI.Comm, topology: Topology):
+        self.comm, self.notices = comm, notices
         self.topology = topology
         self.window: NodeWindow | None = None
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
@@ -91,21 +95,21 @@ class Context:
 
     def interrupted(self) -> bool:
         """Whether another rank's revocation notice has arrived."""
-        return self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag)
+        return self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag)
 
     def check_notices(self) -> None:
         """CommunicatorRevoked (and this context revoked) if another rank's notice arrived:
         checked as each call completes, so that a call matched with messages of one that
         failed elsewhere does not return as if it had succeeded."""
-        if self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+        if self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
             raise self.notice()
 
     def notice(self, source: int = MPI.ANY_SOURCE) -> CommunicatorRevoked:
         """Receive a pending revocation notice (from ``source``) and revoke with its text."""
         status = MPI.Status()
-        self.comm.Probe(source, self.notice_tag, status)
+        self.notices.Probe(source, self.notice_tag, status)
         text = bytearray(NOTICE_BYTES)
-        self.comm.Recv([text, MPI.BYTE], status.Get_source(), self.notice_tag)
+        self.notices.Recv([text, MPI.BYTE], status.Get_source(), self.notice_tag)
         return self._revoke(CommunicatorRevoked(text.rstrip(b"\0").decode(errors="replace")))
 
     def _revoke(self, error: CommunicatorRevoked) -> CommunicatorRevoked:
@@ -129,7 +133,7 @@ class Context:
         if self.revoked is not None:
             return error
         if not isinstance(error, CollectiveTimeout) and \
-                self.comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+                self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
             return self.notice()
         me = self.comm.Get_rank()
         cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -142,7 +146,8 @@ class Context:
         for peer in range(self.comm.Get_size()):
             if peer != me:
                 try:
-                    sends.append(self.comm.Isend([notice, MPI.BYTE], peer, self.notice_tag))
+                    sends.append(self.notices.Isend([notice, MPI.BYTE], peer,
+                                                    self.notice_tag))
                 except MPI.Exception:
                     pass
         abandoned.hold("revocation notices", sends, notice)
@@ -150,7 +155,7 @@ class Context:
         until = time.monotonic() + min(BLAME_GRACE, (settings.current.timeout or 0) / 4)
         while peers:
             for peer in peers:
-                if self.comm.Iprobe(peer, self.notice_tag):
+                if self.notices.Iprobe(peer, self.notice_tag):
                     return self.notice(peer)
             if time.monotonic() > until:
                 break
@@ -198,10 +203,11 @@ class Context:
         self.calls.clear()
         if self.window is not None:
             self.window.free()
-        if self.revoked is None:
-            self.comm.Free()
-        else:
-            abandoned.retire(self.comm)
+        for comm in (self.comm, self.notices):
+            if self.revoked is None:
+                comm.Free()
+            else:
+                abandoned.retire(comm)
 
 
 def _delete_context(comm: MPI.Comm, keyval: int, context: Context) -> None:
@@ -253,15 +259,17 @@ def context(comm: MPI.Comm) -> Context:
         atexit.register(_free_at_exit)      # after mpi4py's: runs before MPI_Finalize
     found = comm.Get_attr(_KEYVAL)
     if found is None:
-        dup, request = comm.Idup()
-        wait_requests([request], "creating hpccoll's private communicator (Comm.Idup)")
+        (dup, first), (notices, second) = comm.Idup(), comm.Idup()
+        wait_requests([first, second],
+                      "creating hpccoll's private communicators (Comm.Idup)")
         try:
             host = dup.Split_type(MPI.COMM_TYPE_SHARED)
             note_ranks_per_host(host.Get_size())
             host.Free()
-            found = Context(dup, detect_topology(dup))
+            found = Context(dup, notices, detect_topology(dup))
         except BaseException:
             dup.Free()
+            notices.Free()
             raise
         comm.Set_attr(_KEYVAL, found)
         _attached[id(found)] = comm

@@ -57,7 +57,7 @@ LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through
 SEND_COUNTS, SEND_DISPLS, RECV_COUNTS, RECV_DISPLS = range(4)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
 STATE_WORDS = STATUS + libmpi.STATUS_WORDS
-DATATYPE, OP, COMM = range(3)       # the handles array
+DATATYPE, OP, COMM, NOTICES = range(4)      # the handles array
 # what the compiled function returns
 DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
 
@@ -96,9 +96,10 @@ class NativeCall:
 
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
                  send_n: int | None, recv_n: int | None, datatype: MPI.Datatype,
-                 op: MPI.Op | None, notice_tag: int):
+                 op: MPI.Op | None):
         """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
-        receive buffer is not used (a reduce's non-root ranks)."""
+        receive buffer is not used (a reduce's non-root ranks); ``guard``'s revocation
+        notices are probed for on its ``notices`` communicator."""
         self.label, self.guard = label, guard
         state = self.state = np.zeros(STATE_WORDS, np.int64)
         state[FUNCTION:STATUS] = libmpi.addresses()
@@ -111,8 +112,9 @@ class NativeCall:
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
         self.handles = np.array([libmpi.handle(datatype), 0 if op is None else libmpi.handle(op),
-                                 libmpi.handle(comm)], libmpi.handle_dtype())
-        state[NOTICE_TAG], state[ANY_SOURCE] = notice_tag, MPI.ANY_SOURCE
+                                 libmpi.handle(comm), libmpi.handle(guard.notices)],
+                                libmpi.handle_dtype())
+        state[NOTICE_TAG], state[ANY_SOURCE] = guard.notice_tag, MPI.ANY_SOURCE
         self.polls = progress.idle_polls()
         self.start, self.test = _compiled()
         self.busy = False
@@ -212,7 +214,8 @@ def _compiled() -> Any:
                 return TEST_FAILED
             if state[FLAG]:
                 state[FLAG] = 0
-                c_int(function[libmpi.IPROBE], (source, tag, handles[COMM], flag, status))
+                c_int(function[libmpi.IPROBE], (source, tag, handles[NOTICES], flag,
+                                                      status))
                 return NOTICE if state[FLAG] else DONE
         return PENDING
 

@@ -54,7 +54,8 @@ class CommunicatorRevoked(CollectiveError):
 class Guard(Protocol):
     """What watches a communicator's waits (:class:`hpccoll.context.Context`)."""
 
-    notice_tag: int         # the tag of revocation notices (compiled code probes for them)
+    notices: MPI.Comm       # where revocation notices travel (compiled code probes there)
+    notice_tag: int         # their tag
     tag_span: int           # how many tags an operation's steps rotate through
 
     def interrupted(self) -> bool:

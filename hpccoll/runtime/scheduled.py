@@ -63,7 +63,8 @@ STEP_WORDS = 7
 # count, peer
 POST, ADDRESS, ELEMENTS, PEER = range(4)
 MESSAGE_WORDS = 4
-COMM, DATATYPE = range(2)           # the handles array, then the requests'
+COMM, DATATYPE, NOTICES = range(3)  # the handles array, then the requests'
+REQUESTS = NOTICES + 1
 LARGEST_COUNT = 2**31 - 1           # elements in a message
 # a record of work: what, where to, from where (a, b), how many elements, rows
 KIND, DST, A, B, COUNT, ROWS = range(6)
@@ -143,6 +144,7 @@ class Runner:
             rows = np.asarray(tables[name], np.int64).reshape(-1)
             state[places[name]:places[name] + rows.size] = rows
         self.handles = np.array([libmpi.handle(comm), libmpi.handle(binding.mpi_type),
+                                 libmpi.handle(guard.notices),
                                  *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
@@ -171,7 +173,7 @@ class Runner:
         if position >= self.state[STEPS]:
             return []
         row = self.state[STEP_TABLE] + position * STEP_WORDS
-        first = DATATYPE + 1 + int(self.state[row + REQ_FIRST])
+        first = REQUESTS + int(self.state[row + REQ_FIRST])
         mask = (1 << 8 * self.handles.itemsize) - 1
         return [MPI.Request.fromhandle(int(h) & mask)
                 for h in self.handles[first:first + int(self.state[row + REQ_N])]]
@@ -252,7 +254,7 @@ def _compiled(op: str) -> Any:
             return MISMATCH
         function = state[FUNCTION:HEADER]
         comm, datatype = handles[COMM], handles[DATATYPE]
-        requests_at = np.int64(handles.ctypes.data) + (DATATYPE + 1) * handles.itemsize
+        requests_at = np.int64(handles.ctypes.data) + REQUESTS * handles.itemsize
         base = np.int64(state.ctypes.data)
         outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
         indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
@@ -322,7 +324,7 @@ def _compiled(op: str) -> Any:
         state[POSITION] = 0
         state[FLAG] = 0
         c_int(function[libmpi.IPROBE], (np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG]),
-                                         comm, flag, statuses))
+                                         handles[NOTICES], flag, statuses))
         return NOTICE if state[FLAG] else DONE
 
     return function

@@ -303,6 +303,52 @@ def _mpi_error_on_the_last_rank(hpccoll, comm, x, y):
     hpccoll.recover(comm)
 
 
+@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+def test_revocation_notices_travel_apart_from_the_collectives(mpi_ranks, comm):
+    """A call probes for a revocation notice as it completes; the notices travel on a
+    private communicator of their own, so that the probe never searches the messages a rank
+    running ahead left on the collectives' one (Open MPI searches them one by one: a loop of
+    8 B broadcasts slowed with its length, perf/interleave_check.py).  Here a rank leaves
+    3,000 unexpected messages, some on the notices' tag, on the collectives' communicator:
+    none is taken for a notice by any check (Python's, the compiled executors' after a
+    repeat), and a real failure still reaches every rank as CommunicatorRevoked."""
+    import hpccoll
+    from hpccoll.context import context
+    from hpccoll.runtime.progress import CommunicatorRevoked
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    dup = comm.Dup()
+    ctx = context(dup)
+    assert MPI.Comm.Compare(ctx.notices, ctx.comm) == MPI.CONGRUENT
+    x, y = np.arange(6, dtype=np.float64), np.zeros(6)
+    for algorithm in ("ring", "native", "ring", "native"):      # (the second: compiled)
+        hpccoll.allreduce(dup, x, y, algorithm=algorithm)
+    stray = np.full(1, 7.0)
+    if r == 0:
+        for i in range(3000):
+            for peer in range(1, p):
+                ctx.comm.Send(stray, peer, ctx.notice_tag if i % 2 else 12345)
+    dup.Barrier()
+    assert not ctx.interrupted()
+    ctx.check_notices()
+    for algorithm in ("ring", "native"):
+        hpccoll.allreduce(dup, x, y, algorithm=algorithm)
+        assert np.array_equal(y, x * p), algorithm
+    if r != 0:
+        for i in range(3000):
+            ctx.comm.Recv(stray, 0, ctx.notice_tag if i % 2 else 12345)
+    dup.Barrier()
+    if r == 0:
+        ctx.fail(RuntimeError("rank 0 gave up"))
+    dup.Barrier()
+    with pytest.raises(CommunicatorRevoked, match="rank 0 gave up"):
+        hpccoll.allreduce(dup, x, y, algorithm="native")
+    hpccoll.recover(dup)
+    hpccoll.allreduce(dup, x, y, algorithm="ring")
+    assert np.array_equal(y, x * p)
+    dup.Free()
+
+
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_persistent_and_nonblocking_state_machine(mpi_ranks, comm):
     """free() or start() while active raise; wait() twice is harmless; start() after free()
