@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from . import settings
 from .collectives import Collective, on_add
+from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import COMPLETED, NativeStarted, PersistentRequest, Request, Started
 from .runtime import native, scheduled
@@ -36,7 +37,9 @@ class LastCall:
     A repeat is the same communicator, op, root and algorithm (the same objects, or equal
     ints and names), counts equal to the validated ones (a list or tuple, compared by value
     with a copy taken at validation, so a list changed in place is noticed; other counts
-    objects never repeat) or that the caller confirmed equal, no options, and NumPy arrays --
+    objects never repeat) or that the caller confirmed equal, no options, and NumPy arrays,
+    passed as they are or in buffer specs (``[array, counts(, displs)]`` of the vector
+    collectives, whose other items are compared by value with a copy as counts are) --
     any arrays: what the prepared call depends on is checked on the arrays at each call
     (dtype; size, C layout, writability and overlap, by the compiled executor itself where
     it runs), and their addresses are read anew, so a buffer freed and its memory reused, or
@@ -50,14 +53,19 @@ class LastCall:
     the shape they had, is NumPy's copy of one into the other (``alone``); any other array
     takes the path above."""
 
-    __slots__ = ("comm", "no_send", "op", "root", "counts", "algorithm", "prepared", "ctx",
+    __slots__ = ("comm", "no_send", "send_rest", "recv_rest", "op", "root", "counts",
+                 "algorithm", "prepared", "ctx",
                  "calls", "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv",
                  "alone", "sent", "received", "shape", "moves_nothing", "tag", "twin")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
-                 algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None):
+                 algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None,
+                 send_rest: list | tuple | None = None, recv_rest: list | tuple | None = None):
+        """``send_rest``/``recv_rest``: copies of the items after the array of a buffer
+        passed as a spec (None: passed as an array)."""
         self.comm, self.op, self.root, self.counts = comm, op, root, counts
         self.no_send = sendbuf if send is None else nothing    # IN_PLACE, or None (one buffer)
+        self.send_rest, self.recv_rest = send_rest, recv_rest
         self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
         self.runner: Runner | None = None   # the last run's binding on the compiled executor
         self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
@@ -80,16 +88,22 @@ class LastCall:
     def of(prepared: Prepared, comm: Any, sendbuf: Any, recvbuf: Any, send: Any, recv: Any,
            counts: Any, op: Any, root: Any, algorithm: str, options: Any) -> LastCall | None:
         """The last call to remember for this one, if it can repeat (NumPy arrays on the
-        host, counts None or a list or tuple, no options, not in check mode)."""
+        host, as they are or in specs of plain numbers, counts None or a list or tuple, no
+        options, not in check mode)."""
+        send_rest = recv_rest = None
+        try:
+            if send is not None and type(sendbuf) is not np.ndarray:
+                send_rest = _spec_rest(sendbuf)
+            if not prepared.ignores_recv and type(recvbuf) is not np.ndarray:
+                recv_rest = _spec_rest(recvbuf)
+        except LookupError:
+            return None
         if type(counts) not in _COUNTS_TYPES or options is not None or \
-                not isinstance(comm, MPI.Comm) or \
-                not (send is None or type(sendbuf) is np.ndarray) or \
-                not (prepared.ignores_recv or type(recvbuf) is np.ndarray) or \
-                prepared.on_device or settings.current.check or \
-                settings.current.stall is not None:
+                not isinstance(comm, MPI.Comm) or prepared.on_device or \
+                settings.current.check or settings.current.stall is not None:
             return None
         return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv,
-                        None if counts is None else type(counts)(counts))
+                        None if counts is None else type(counts)(counts), send_rest, recv_rest)
 
     def repeat(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """Run the call again on ``send`` (None: in place, or none) and ``recv`` (ignored
@@ -203,7 +217,17 @@ _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking ca
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _NDARRAY = np.ndarray                       # (read on every call)
 _COUNTS_TYPES = (type(None), list, tuple)    # counts a repeat compares by value
+_SPEC_TYPES = (list, tuple)                 # buffer specs a repeat compares by value
 _NOT_AGAIN = (nothing, nothing)
+
+
+def _spec_rest(buffer: Any) -> list | tuple:
+    """A copy of the items after the array of ``buffer``, a spec ``[array, counts(,
+    displs)]`` of plain numbers; LookupError where a repeat cannot compare them (no such
+    spec, NumPy arrays among the numbers)."""
+    if type(buffer) not in (list, tuple) or not buffer or type(buffer[0]) is not np.ndarray:
+        raise LookupError("not an array, nor a spec of one")
+    return copied(buffer[1:])
 
 
 def _again(last: LastCall | None, comm: Any, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
@@ -220,11 +244,31 @@ def _again(last: LastCall | None, comm: Any, sendbuf: Any, recvbuf: Any, counts:
         if sendbuf is not last.no_send:
             return _NOT_AGAIN
         sendbuf = None
-    elif type(sendbuf) is not _NDARRAY or sendbuf.dtype is not last.dtype:
-        return _NOT_AGAIN
-    if last.ignores_recv or type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype:
+    else:
+        if last.send_rest is not None:
+            if not _same_spec(sendbuf, last.send_rest):
+                return _NOT_AGAIN
+            sendbuf = sendbuf[0]
+        if type(sendbuf) is not _NDARRAY or sendbuf.dtype is not last.dtype:
+            return _NOT_AGAIN
+    if last.ignores_recv:
+        return sendbuf, recvbuf
+    if last.recv_rest is not None:
+        if not _same_spec(recvbuf, last.recv_rest):
+            return _NOT_AGAIN
+        recvbuf = recvbuf[0]
+    if type(recvbuf) is _NDARRAY and recvbuf.dtype is last.dtype:
         return sendbuf, recvbuf
     return _NOT_AGAIN
+
+
+def _same_spec(buffer: Any, rest: list | tuple) -> bool:
+    """Whether ``buffer`` is a spec whose items after the array equal ``rest``, as plain
+    numbers (NumPy arrays among them never do)."""
+    try:
+        return type(buffer) in _SPEC_TYPES and buffer[1:] == rest
+    except (TypeError, ValueError):         # (arrays compared with numbers)
+        return False
 
 
 def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,

@@ -192,6 +192,19 @@ def _vector_key(buffer_spec: Any, writable: bool) -> tuple:
     return (_buffer_key(array, writable), *map(frozen, layout))
 
 
+def copied(items: Any) -> Any:
+    """A deep copy of nested lists and tuples of plain values (counts, displacements,
+    datatypes), which compares by value with what a later call passes, even if the user
+    changed the originals in place; LookupError if a NumPy array is among them."""
+    if type(items) is list:
+        return [copied(item) for item in items]
+    if type(items) is tuple:
+        return tuple(copied(item) for item in items)
+    if isinstance(items, np.ndarray):
+        raise LookupError("an array among the numbers")
+    return items
+
+
 def frozen(value: Any) -> Any:
     """Counts and displacements (nested sequences or arrays of integers) as nested tuples."""
     if isinstance(value, np.ndarray):

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from .arguments import frozen
+from .arguments import copied, frozen
 from .buffer_specs import Call
 
 
@@ -82,19 +82,6 @@ def _argument_view(argument: Any, array: Any, checks: str) -> Callable[[Any], An
     return _array_view(argument, array, checks)
 
 
-def _copied(items: Any) -> Any:
-    """A deep copy of nested lists and tuples of plain values (counts, displacements,
-    datatypes), which compares by value with what a later call passes, even if the user
-    changed the originals in place; LookupError if a NumPy array is among them."""
-    if type(items) is list:
-        return [_copied(item) for item in items]
-    if type(items) is tuple:
-        return tuple(_copied(item) for item in items)
-    if isinstance(items, np.ndarray):
-        raise LookupError("an array among the numbers")
-    return items
-
-
 def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
                ) -> Callable[[Any], Any] | None:
     """``view(value)`` for a buffer spec ``[buf, ...]``: ``value`` a spec of the same type
@@ -104,7 +91,7 @@ def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
         return None
     kind, length = type(spec), len(spec)
     try:
-        rest = _copied(spec[1:])
+        rest = copied(spec[1:])
     except LookupError:         # counts in NumPy arrays: compared as tuples of numbers
         layout = frozen(spec[1:])
 
@@ -155,7 +142,7 @@ class Reading:
             return None
         rest = values[buffers:]         # counts among them: compared as numbers
         try:
-            return Reading(call, send, recv, buffers, _copied(rest), False)
+            return Reading(call, send, recv, buffers, copied(rest), False)
         except LookupError:             # counts in NumPy arrays: compared frozen
             return Reading(call, send, recv, buffers, frozen(rest), True)
 
