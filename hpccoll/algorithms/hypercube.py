@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 
 from ..registry import POWER_OF_TWO, Cost, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
-                        allgather_blocks, allreduce_vectors, blocks, even_split, merge_adjacent, one_rank,
-                        reduce_scatter_blocks, span, split)
+                        allgather_blocks, allreduce_vectors, blocks, even_part, merge_adjacent,
+                        offsets, one_rank, reduce_scatter_blocks, span)
 
 Channel = tuple[int, int, Sequence[int]]   # (send to, receive from, block indices carried)
 
@@ -290,32 +290,47 @@ def plan_recursive_doubling_allgather(call: Call) -> Program:
     return steps.program()
 
 
-def _halving(fold: _Fold, counts: tuple[int, ...], held: Region, accumulate: Region,
+# Where block i of a vector cut into blocks laid end to end starts, for i = 0 .. blocks
+# (edges(blocks) is the vector's length): a rank's rounds touch O(log p) windows of blocks,
+# so a planner that looks edges up (in closed form for an even split) plans in O(log p).
+Edges = Callable[[int], int]
+
+
+def even_edges(n: int, parts: int) -> Edges:
+    """The edges of ``n`` elements cut into ``parts`` blocks by :func:`even_split`."""
+    return lambda i: even_part(n, parts, i)[0]
+
+
+def window(vector: Region, edges: Edges, lo: int, hi: int) -> Region:
+    """Blocks ``lo`` to ``hi - 1`` of ``vector`` (cut at ``edges``) as one region."""
+    return vector.sub(edges(lo), edges(hi) - edges(lo))
+
+
+def _halving(fold: _Fold, edges: Edges, held: Region, accumulate: Region,
              landing: int, last_into: list[Region] | None, steps: ProgramBuilder) -> None:
-    """The log2 p' rounds of a recursive-halving reduce-scatter over the p' blocks
-    ``counts`` (one per new rank, laid end to end) of the vector in ``held``, reducing into
+    """The log2 p' rounds of a recursive-halving reduce-scatter over the p' blocks cut at
+    ``edges`` (one per new rank, laid end to end) of the vector in ``held``, reducing into
     the vector ``accumulate`` (same layout; may be ``held``).  In round k (mask p'/2^(k+1))
     new rank j sends the half of its current window that it does not keep to j XOR mask and
     reduces what comes back into the half it keeps; afterwards block j is fully reduced, in
     ``accumulate`` or, if given, in the regions ``last_into`` (laid end to end) that the last
     round reduces into instead.  Arrivals land in scratch at ``landing``."""
-    held_blocks, kept_blocks = split(held, counts), split(accumulate, counts)
     j = fold.new
     for k in range(fold.rounds):
         mask = fold.size >> (k + 1)
         keep_lo = j & ~(mask - 1)
         give_lo = keep_lo ^ mask
-        mine = span(held_blocks, keep_lo, keep_lo + mask)
-        keep = span(kept_blocks, keep_lo, keep_lo + mask)
+        mine = window(held, edges, keep_lo, keep_lo + mask)
+        keep = window(accumulate, edges, keep_lo, keep_lo + mask)
         slot = Region(SCRATCH, landing, keep.count)
         targets = last_into if k == fold.rounds - 1 and last_into is not None else [keep]
         ops, at = [], 0
         for dst in targets:
             ops.append(Reduce(dst, (mine.sub(at, dst.count), slot.sub(at, dst.count))))
             at += dst.count
-        give = span(held_blocks, give_lo, give_lo + mask)
+        give = window(held, edges, give_lo, give_lo + mask)
         steps[fold.first + k].exchange(fold.real(j ^ mask), give, slot, *ops)
-        held_blocks = kept_blocks
+        held = accumulate
 
 
 @register("reduce_scatter", "recursive_halving", family="hypercube", options=(), source=_SOURCE,
@@ -345,21 +360,22 @@ def plan_recursive_halving_reduce_scatter(call: Call) -> Program:
         return _sit_out(steps, rank - 1, held, result)
     vector = Region(SCRATCH, 0, total)
     last_into = [result]
+    edges = (*offsets(counts), total)
     if fold.pairs:
         steps[0].recv(rank + 1, vector, on_arrival=(Reduce(vector, (vector, held)),))
         held = vector
-        second = split(vector, counts)[rank + 1]
+        second = vector.sub(edges[rank + 1], counts[rank + 1])
         last_into.append(second)
         steps[-1].send(rank + 1, second)
-    new_counts = tuple(sum(counts[slice(*fold.ranks(j, j + 1))]) for j in range(fold.size))
-    _halving(fold, new_counts, held, vector, total, last_into, steps)
-    return steps.program(total + _half(new_counts, fold))
+    new_edges = [edges[fold.real(j)] for j in range(fold.size)] + [total]
+    _halving(fold, new_edges.__getitem__, held, vector, total, last_into, steps)
+    return steps.program(total + _half(new_edges.__getitem__, fold))
 
 
-def _half(counts: tuple[int, ...], fold: _Fold) -> int:
+def _half(edges: Edges, fold: _Fold) -> int:
     """The largest window half any new rank receives in a halving round (round 0)."""
     half = fold.size // 2
-    return max(sum(counts[:half]), sum(counts[half:])) if half else 0
+    return max(edges(half) - edges(0), edges(fold.size) - edges(half)) if half else 0
 
 
 # rank 0 (largest blocks of even_split(n, p')): halves given away, then its groups
@@ -389,8 +405,8 @@ def _rabenseifner_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, sour
                             result: Region) -> int:
     """A surviving rank's part of Rabenseifner's allreduce (see :func:`_folded_allreduce`)."""
     rank, n = call.rank, result.count
-    counts = even_split(n, fold.size)
-    scratch = _half(counts, fold)
+    edges = even_edges(n, fold.size)
+    scratch = _half(edges, fold)
     held = source
     if fold.pairs:
         landing = result if not call.in_place else Region(SCRATCH, 0, n)
@@ -398,7 +414,7 @@ def _rabenseifner_allreduce(call: Call, fold: _Fold, steps: ProgramBuilder, sour
         steps[0].recv(rank + 1, landing, on_arrival=(Reduce(result, (source, landing)),))
         held = result
         steps[-1].send(rank + 1, result)
-    _halving(fold, counts, held, result, 0, None, steps)
-    reduced = split(result, counts)
-    _doubling(fold, steps, fold.first + fold.rounds, lambda lo, hi: span(reduced, lo, hi))
+    _halving(fold, edges, held, result, 0, None, steps)
+    _doubling(fold, steps, fold.first + fold.rounds,
+              lambda lo, hi: window(result, edges, lo, hi))
     return scratch
