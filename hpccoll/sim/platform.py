@@ -146,7 +146,9 @@ PLATFORMS: dict[str, Kind] = {
         "(k/2)^2 cores, k^3/4 hosts), routed up by destination (d-mod-k; SimGrid's fat-tree "
         "zone)",
         {"k": Key(parse_count, "4", "switch ports (even): k^3/4 hosts"),
-         "bw": Key(bandwidth, "40Gb/s", "every link, each way"),
+         "bw": Key(bandwidth, "40Gb/s", "every link, each way (core links: bw / taper)"),
+         "taper": Key(parse_count, "1", "oversubscription between pods: the aggregation-to-"
+                                       "core links at bw / taper (1: non-blocking)"),
          "lat": Key(latency, "1us", "latency of each link")},
         fattree),
     "torus": Kind(

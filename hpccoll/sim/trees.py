@@ -94,8 +94,10 @@ def fattree_shape(k: int) -> tuple[int, list[int], list[int], list[int]]:
 
 def fattree(spec: str, v: dict) -> Platform:
     """A k-ary fat tree: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores,
-    k^3/4 hosts.  SimGrid numbers the hosts 0..n-1 and the switches down from 2n-1 (edges,
-    then aggregation switches, then cores, each by position) and names a link
+    k^3/4 hosts; tapered by ``taper`` (the aggregation-to-core links at bw / taper, set on
+    SimGrid's zone after it is built: a pod's hosts share taper:1 less bandwidth out of it).
+    SimGrid numbers the hosts 0..n-1 and the switches down from 2n-1 (edges, then
+    aggregation switches, then cores, each by position) and names a link
     ``link_from_<child>_<parent>_<counter>_UP`` (child to parent; ``_DOWN`` back), the
     counter running over hosts, edges and aggregation switches in that order and, for each,
     its parents by position."""
@@ -110,17 +112,20 @@ def fattree(spec: str, v: dict) -> Platform:
     agg_id = [2 * n - 1 - edges - a for a in range(edges)]          # as many aggregations
     core_id = [2 * n - 1 - 2 * edges - c for c in range(half * half)]
 
-    def pair(child: int, parent: int, counter: int, level: str) -> tuple[int, int]:
+    def pair(child: int, parent: int, counter: int, level: str,
+             speed: float = bw) -> tuple[int, int]:
         name = f"link_from_{child}_{parent}_{counter}"
-        return links.add(f"{name}_UP", bw, lat, level), links.add(f"{name}_DOWN", bw, lat, level)
+        return (links.add(f"{name}_UP", speed, lat, level),
+                links.add(f"{name}_DOWN", speed, lat, level))
 
     host = [pair(h, edge_id[h // half], h, "host") for h in range(n)]
     # edge e to aggregation j of its pod; aggregation a to its parent core m (position
     # m * half + a mod half)
     edge_agg = [[pair(edge_id[e], agg_id[e // half * half + j], n + e * half + j, "pod")
                  for j in range(half)] for e in range(edges)]
+    taper = v["taper"]                          # core links at bw / taper: taper:1 between pods
     agg_core = [[pair(agg_id[a], core_id[m * half + a % half],
-                      n + edges * half + a * half + m, "core")
+                      n + edges * half + a * half + m, "core", bw / taper)
                  for m in range(half)] for a in range(edges)]
 
     def route(a: int, b: int) -> list[int]:
@@ -140,5 +145,8 @@ def fattree(spec: str, v: dict) -> Platform:
                     Topology.from_levels(node=list(range(n)),
                                          rack=[h // half for h in range(n)],
                                          pod=[h // (half * half) for h in range(n)]),
-                    machine_of(spec, v, edge, ModelLink(6 * lat, bw, False)), {"hosts": n},
-                    Network("fattree", (fattree_shape(k), bw, lat), tuple(range(n))))
+                    machine_of(spec, v, edge, ModelLink(6 * lat, bw, False)),
+                    {"hosts": n, "oversubscription": f"{taper}:1 between pods"},
+                    Network("fattree", (fattree_shape(k), bw, lat), tuple(range(n))),
+                    frozenset(i for pairs in agg_core for up_down in pairs for i in up_down
+                              if taper > 1))
