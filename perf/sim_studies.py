@@ -25,15 +25,20 @@
    time and bytes by link level.
 7. NCCL 2.23's PAT (``pat-scale``): the allgather at 64-256 ranks of one GPU a node against
    ring and Bruck.
+8. The Swing study at 1,024 ranks (``swing-torus-1024``: a 32 x 32 torus), PAT at 1,024 and
+   4,096 ranks (``pat-1024``), Bine on fat trees tapered 2:1 and 4:1 between pods
+   (``bine-tapered``).
 
 Usage: python perf/sim_studies.py [rat-oversubscription|rat-failures|tasp|alltoall-topology|
-alltoall-topology-large|alltoall-topology-1024|swing-torus|bine-locality|pat-scale ...]
+alltoall-topology-large|alltoall-topology-1024|swing-torus|bine-locality|pat-scale|
+swing-torus-1024|pat-1024|bine-tapered ...]
 (the first three by default; needs SimGrid: scripts/install-sim.sh).  Prints markdown.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 import time
@@ -262,28 +267,37 @@ def alltoall_topology_1024() -> str:
 
 
 def compare(collective: str, spec: str, runs: list[tuple[str, str, tuple]],
-            sizes: list[int], new: set[str]) -> str:
+            sizes: list[int], new: set[str], size_by_size: bool = False) -> str:
     """One platform: every run's (label, algorithm, planner options) simulated time at each
     size (us, the fastest in bold), the fastest of the labels in ``new`` against the fastest
     of the others (baseline / new: above 1 where a new algorithm wins), then, at the largest
     size, each run's traffic by level (MB; ``links``: bytes x links crossed at that level;
-    ``reach``: bytes of the messages whose route climbs no higher) and busiest link."""
+    ``reach``: bytes of the messages whose route climbs no higher) and busiest link.
+    ``size_by_size`` plans and replays one size at a time (at 1,024 ranks a ring's plans of
+    every size at once would not fit in memory).  The wall time is followed by the machine's
+    1-minute load average before and after (the machine is shared)."""
     target = build(spec)
     began = time.perf_counter()
+    load_before = os.getloadavg()[0]
     rows: dict[tuple[str, int], Any] = {}
     loads: dict[str, Any] = {}
     by_options: dict[tuple, list[tuple[str, str]]] = {}
     for label, name, options in runs:
         by_options.setdefault(options, []).append((label, name))
-    for options, named in by_options.items():
-        results, _, traffic = measured(collective, [n for _, n in named], target, sizes,
-                                       "float32", options=options)
-        label_of = {n: label for label, n in named}
-        for result, load in zip(results, traffic):
-            rows[label_of[result.algorithm], result.bytes] = result
-            if result.bytes == max(sizes):
-                loads[label_of[result.algorithm]] = load
+    for group in ([[size] for size in sizes] if size_by_size else [sizes]):
+        for options, named in by_options.items():
+            results, _, traffic = measured(collective, [n for _, n in named], target, group,
+                                           "float32", options=options)
+            label_of = {n: label for label, n in named}
+            for result, load in zip(results, traffic):
+                rows[label_of[result.algorithm], result.bytes] = result
+                if result.bytes == max(sizes):
+                    loads[label_of[result.algorithm]] = load
+        if size_by_size:
+            print(f"<!-- {spec} {collective} {group[0]:,} B done at "
+                  f"{time.perf_counter() - began:.0f} s -->", file=sys.stderr, flush=True)
     wall = time.perf_counter() - began
+    load_after = os.getloadavg()[0]
     labels = [label for label, _, _ in runs]
     out = [f"#### `{spec}` ({target.ranks} ranks), {collective}\n",
            "| bytes | " + " | ".join(labels) + " | baseline / new |",
@@ -297,7 +311,8 @@ def compare(collective: str, spec: str, runs: list[tuple[str, str, tuple]],
                  / min(t for a, t in times.items() if a in new))
         out.append(f"| {size:,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
     levels = list(next(iter(loads.values())).reach)
-    out.append(f"\n(times in us; {wall:.0f} s)\n\nTraffic at {max(sizes):,} B (MB):\n")
+    out.append(f"\n(times in us; {wall:.0f} s, load {load_before:.1f} before, "
+               f"{load_after:.1f} after)\n\nTraffic at {max(sizes):,} B (MB):\n")
     out.append("| algorithm | " + " | ".join(f"links {n}" for n in levels) + " | "
                + " | ".join(f"reach {n}" for n in levels) + " | busiest link |")
     out.append("|---|" + "---:|" * (2 * len(levels) + 1))
@@ -329,6 +344,20 @@ def swing_torus() -> str:
                               {"swing", "swing_latency", f"swing dims={dims}"}))
         print(tables[-1], flush=True)
     return "(the tables above)"
+
+
+def swing_torus_1024() -> str:
+    """The ``swing-torus`` study at 1,024 ranks: the same algorithms and sizes on
+    ``torus:dims=32x32``, one size at a time (a ring allreduce is 2,095,104 transfers a
+    size)."""
+    runs = [("ring", "ring", ()), ("recursive_doubling", "recursive_doubling", ()),
+            ("rabenseifner", "rabenseifner", ()), ("swing", "swing", ()),
+            ("swing_latency", "swing_latency", ()),
+            ("swing dims=32x32", "swing", (("dims", "32x32"),))]
+    print(compare("allreduce", "torus:dims=32x32", runs, SIZES_32B_128MIB,
+                  {"swing", "swing_latency", "swing dims=32x32"}, size_by_size=True),
+          flush=True)
+    return "(the table above)"
 
 
 BINE_PLATFORMS = ["dragonfly:groups=8,routers=8,hosts=2", "fattree:k=8"]
@@ -365,11 +394,45 @@ def pat_scale() -> str:
     return "(the tables above)"
 
 
+def pat_1024() -> str:
+    """PAT at 1,024 ranks of one GPU a node against ring and Bruck, blocks of 32 B to 1 MiB a
+    rank, one size at a time (a ring allgather is 1,047,552 transfers a size); then 4,096
+    ranks, Bruck and PAT only (ring's 16,773,120 transfers a size, planned at once, would not
+    fit in this machine's memory)."""
+    print(compare("allgather", "cluster:nodes=1024,ppn=1,nics=1",
+                  [(n, n, ()) for n in ("ring", "bruck", "pat")], [32, 32 << 10, 1 << 20],
+                  {"pat"}, size_by_size=True), flush=True)
+    print(compare("allgather", "cluster:nodes=4096,ppn=1,nics=1",
+                  [(n, n, ()) for n in ("bruck", "pat")], [32, 32 << 10, 1 << 20],
+                  {"pat"}, size_by_size=True), flush=True)
+    return "(the tables above)"
+
+
+def bine_tapered() -> str:
+    """The Bine study on tapered fat trees: ``fattree:k=8`` (128 ranks) with the
+    aggregation-to-core links at 1/2 and 1/4 of the host links (2:1 and 4:1 between pods),
+    the collectives and baselines of ``bine-locality``."""
+    sizes = [32, 32 << 10, 1 << 20, 16 << 20]
+    studies = [("bcast", ["binomial", "bine"]), ("reduce", ["binomial", "bine"]),
+               ("allgather", ["recursive_doubling", "bine"]),
+               ("reduce_scatter", ["recursive_halving", "bine"]),
+               ("allreduce", ["recursive_doubling", "rabenseifner", "bine"])]
+    for taper in (2, 4):
+        for collective, names in studies:
+            print(compare(collective, f"fattree:k=8,taper={taper}",
+                          [(n, n, ()) for n in names],
+                          sizes[:-1] if collective == "allgather" else sizes, {"bine"}),
+                  flush=True)
+    return "(the tables above)"
+
+
 STUDIES = {"rat-oversubscription": rat_oversubscription, "rat-failures": rat_failures,
            "tasp": tasp, "alltoall-topology": alltoall_topology,
            "alltoall-topology-large": alltoall_topology_large,
            "alltoall-topology-1024": alltoall_topology_1024, "swing-torus": swing_torus,
-           "bine-locality": bine_locality, "pat-scale": pat_scale}
+           "bine-locality": bine_locality, "pat-scale": pat_scale,
+           "swing-torus-1024": swing_torus_1024, "pat-1024": pat_1024,
+           "bine-tapered": bine_tapered}
 DEFAULT = ["rat-oversubscription", "rat-failures", "tasp"]
 
 
