@@ -38,6 +38,7 @@ and whole-program transformations: :func:`sequence` and :func:`parallel` composi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
@@ -183,6 +184,14 @@ def offsets(counts: Iterable[int]) -> tuple[int, ...]:
         out.append(total)
         total += c
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+def edges(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """Where each of the blocks ``counts`` starts when they are laid end to end, and (one
+    entry more) where the last ends: once for the p calls of a collective, whose ranks pass
+    equal counts, so that a rank's planner finds a block without listing all p."""
+    return (*offsets(counts), sum(counts))
 
 
 def even_part(n: int, parts: int, i: int) -> tuple[int, int]:
@@ -427,8 +436,8 @@ def allgather_from_input(call: Call, program: Program) -> Program:
     copied into place (in a step of its own when there is none)."""
     if call.in_place:
         return program
-    result, source = allgather_blocks(call)
-    own = result[call.rank]
+    own = Region(RECV, edges(call.counts)[call.rank], call.counts[call.rank])
+    source = Region(SEND, 0, own.count)
 
     def from_source(r: Region) -> Region:
         inside = r.buffer == own.buffer and own.offset <= r.offset and r.stop <= own.stop

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any
+from typing import Any, Sequence
 
 from ..registry import Cost, Option, register
 from ..schedule import (RECV, SCRATCH, SEND, Call, Program, ProgramBuilder, Reduce, Region,
-                        allgather_blocks, allgather_from_input, blocks, merge_adjacent, one_rank,
+                        allgather_from_input, blocks, edges, merge_adjacent, one_rank,
                         reduce_scatter_blocks)
 from .hypercube import Channel, relay_program
 
@@ -103,23 +103,36 @@ def plan_bruck_alltoall(call: Call) -> Program:
 
 # ------------------------------------------------------------------------------- allgather
 
-OffsetRound = tuple[int, tuple[int, ...]]   # (distance, offsets delivered)
+OffsetRound = tuple[int, Sequence[int]]   # (distance, offsets delivered)
 
 
 def offset_allgather(call: Call, rounds: list[OffsetRound]) -> Program:
     """An allgather in ``rounds``: in round (d, offsets) rank r receives blocks r + s
     (s in offsets) from rank r + d and sends rank r - d its blocks r + s - d, one message each
     way.  Every block lands in its place in the receive buffer; the own block is sent from
-    the input.  The rounds must deliver every offset 1..p-1 once, each after offset s - d."""
+    the input.  The rounds must deliver every offset 1..p-1 once, each after offset s - d.
+    Offsets given as a ``range`` of step 1 are found as one run (at most two regions, as it
+    may wrap round), in time independent of its length."""
     p, rank = call.p, call.rank
-    result, _ = allgather_blocks(call)
+    at = edges(call.counts)
+
+    def held(first: int, delivered: Sequence[int]) -> tuple[Region, ...]:
+        """Blocks first + s (mod p), s in ``delivered``, of the receive buffer, fused."""
+        runs = [(delivered.start, delivered.stop)] if isinstance(delivered, range) and \
+            delivered.step == 1 else [(s, s + 1) for s in delivered]
+        regions = []
+        for a, b in runs:
+            start = (first + a) % p
+            stop = start + b - a
+            regions.append(Region(RECV, at[start], at[min(stop, p)] - at[start]))
+            if stop > p:
+                regions.append(Region(RECV, 0, at[stop - p]))
+        return merge_adjacent(regions)
     steps = ProgramBuilder()
     for distance, delivered in rounds:
         step = steps.step()
-        step.send((rank - distance) % p,
-                  *merge_adjacent(result[(rank + s - distance) % p] for s in delivered))
-        step.recv((rank + distance) % p,
-                  *merge_adjacent(result[(rank + s) % p] for s in delivered))
+        step.send((rank - distance) % p, *held(rank - distance, delivered))
+        step.recv((rank + distance) % p, *held(rank, delivered))
     return allgather_from_input(call, steps.program())
 
 
@@ -172,7 +185,7 @@ def offset_reduce_scatter(call: Call, rounds: list[OffsetRound]) -> Program:
 
 def bruck_allgather_rounds(p: int) -> list[OffsetRound]:
     """Bruck's allgather rounds: offsets 2^k .. 2^(k+1)-1 (below p) at distance 2^k."""
-    return [(1 << k, tuple(range(1 << k, min(2 << k, p)))) for k in range((p - 1).bit_length())]
+    return [(1 << k, range(1 << k, min(2 << k, p))) for k in range((p - 1).bit_length())]
 
 
 @register("allgather", "bruck", family="bruck", source="Bruck et al. 1997",

@@ -1,7 +1,7 @@
 """The log-round planners that look their blocks' edges up instead of listing all p blocks
-(Rabenseifner's allreduce, its Swing variant, recursive halving) give, rank for rank, the
-same programs as the formulation that listed them (kept here as the reference): the same
-steps, messages, regions, local operations and scratch."""
+(Rabenseifner's allreduce, its Swing variant, recursive halving; Bruck's and PAT's
+allgathers) give, rank for rank, the same programs as the formulation that listed them (kept
+here as the reference): the same steps, messages, regions, local operations and scratch."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import pytest
 from hpccoll import registry
 from hpccoll.algorithms.hypercube import (_Fold, _doubling, _folded_allreduce, _sit_out,
                                           even_edges, window)
+from hpccoll.algorithms.bruck import bruck_allgather_rounds
+from hpccoll.algorithms.pat import aggregation, pat_rounds
 from hpccoll.algorithms.swing import _in_swing_numbering
 from hpccoll.collectives import uniform_call
-from hpccoll.schedule import (SCRATCH, SEND, Call, Reduce, Region, even_split,
+from hpccoll.schedule import (RECV, SCRATCH, SEND, Call, Copy, Program, ProgramBuilder, Reduce,
+                              Region, Send, Step, allgather_blocks, even_split, merge_adjacent,
                               one_rank, reduce_scatter_blocks, span, split)
 
 RANKS = [*range(1, 71), 128, 255, 256, 1000]
@@ -86,6 +89,30 @@ def listed_recursive_halving(call):
     return steps.program(total + listed_half(new_counts, fold))
 
 
+def listed_offset_allgather(call, rounds):
+    p, rank = call.p, call.rank
+    result, source = allgather_blocks(call)
+    steps = ProgramBuilder()
+    for distance, delivered in rounds:
+        step = steps.step()
+        step.send((rank - distance) % p,
+                  *merge_adjacent(result[(rank + s - distance) % p] for s in delivered))
+        step.recv((rank + distance) % p,
+                  *merge_adjacent(result[(rank + s) % p] for s in delivered))
+    program = steps.program()
+    if call.in_place:
+        return program
+    own = result[rank]
+
+    def from_source(r):
+        inside = r.buffer == own.buffer and own.offset <= r.offset and r.stop <= own.stop
+        return source.sub(r.offset - own.offset, r.count) if inside else r
+    first = program.steps[0] if program.steps else Step()
+    first = Step(tuple(Send(s.peer, tuple(map(from_source, s.regions))) for s in first.sends),
+                 first.recvs, first.local + ((Copy(source, own),) if own.count else ()))
+    return Program((first, *program.steps[1:]), program.scratch, program.window)
+
+
 # ------------------------------------------------------------------------------------ tests
 
 def vector_lengths(p):
@@ -147,3 +174,32 @@ def test_the_comparison_sees_a_different_message():
         return used
     assert registry.get("allreduce", "rabenseifner").planner(call) != \
         _folded_allreduce(call, 2, one_short)
+
+
+@pytest.mark.parametrize("p", RANKS)
+def test_bruck_and_pat_allgather_same_as_listed(p):
+    bruck = registry.get("allgather", "bruck").planner
+    pat = registry.get("allgather", "pat").planner
+    uneven = tuple((3 * r) % 7 for r in range(p))     # zeros among them
+    small = (("buffer_bytes", 512),)      # PAT capped: 8 blocks of 6 elements, 64 of 1
+    cases = [(uneven, False, small)] if p > 100 else \
+        [(counts, in_place, options) for counts in ((1,) * p, uneven)
+         for in_place in (False, True) for options in ((), small)]
+    for counts, in_place, options in cases:
+        for rank in range(p):
+            call = Call("allgather", p, rank, counts, in_place=in_place, options=options)
+            assert pat(call) == listed_offset_allgather(call, pat_rounds(p, aggregation(call))), \
+                (p, counts[:4], in_place, options, rank)
+            assert bruck(call) == listed_offset_allgather(call, bruck_allgather_rounds(p)), \
+                (p, counts[:4], in_place, rank)
+
+
+def test_a_wrapping_run_is_two_regions():
+    """Bruck's last round at p = 7 on rank 5 (in place, blocks of 1..7 elements)."""
+    call = Call("allgather", 7, 5, (1, 2, 3, 4, 5, 6, 7), in_place=True)
+    last = registry.get("allgather", "bruck").planner(call).steps[-1]
+    # offsets 4..6 at distance 4: received from rank 2, blocks 5 + 4.. = 2, 3, 4 (one run);
+    # sent to rank 1, blocks 5 + 0.. = 5, 6, 0 (wraps: two regions)
+    assert last.recvs[0].peer == 2 and last.recvs[0].regions == (Region(RECV, 3, 12),)
+    assert last.sends[0].peer == 1 and last.sends[0].regions == (Region(RECV, 15, 13),
+                                                                 Region(RECV, 0, 1))
