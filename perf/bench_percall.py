@@ -163,6 +163,7 @@ def main() -> None:
               f"vs native = native time / time")
         print(f"{'collective':<15} {'bytes':>8} {'calls':>7} {'variant':<30} "
               f"{'us/call':>9} {'vs native':>9}")
+    summary = []
     for collective in args.collectives.split(","):
         algorithms = tuple(args.algorithms.split(",")) if args.algorithms else \
             SCHEDULED[collective]
@@ -173,12 +174,33 @@ def main() -> None:
             for _ in range(args.repeat):
                 for name, run in runs.items():
                     samples[name].append(loop_time(comm, run, calls[name]))
-            native = statistics.median(samples["native"])
-            for name, times in samples.items():
-                t = statistics.median(times)
+            medians = {name: statistics.median(times) for name, times in samples.items()}
+            summary.append((collective, nbytes, medians))
+            for name, t in medians.items():
                 if comm.rank == 0:
                     print(f"{collective:<15} {nbytes:>8} {calls[name]:>7} {name:<30} "
-                          f"{t * 1e6:9.2f} {native / t:8.2f}x", flush=True)
+                          f"{t * 1e6:9.2f} {medians['native'] / t:8.2f}x", flush=True)
+    if comm.rank == 0:
+        print_summary(summary)
+
+
+def print_summary(cells: list[tuple[str, int, dict[str, float]]]) -> None:
+    """The cells as one Markdown table: mpi4py's time, then each variant as mpi4py's time /
+    its time -- ``auto``, ``hpccoll-native``, the fastest scheduled algorithm blocking (its
+    name) and the fastest persistent one."""
+    print("\n| collective | bytes | mpi4py us | nonblocking | auto | hpccoll-native "
+          "| best scheduled | best persistent |\n|---|---:|---:|---:|---:|---:|---|---:|")
+    for collective, nbytes, medians in cells:
+        native = medians["native"]
+        scheduled = {n: t for n, t in medians.items() if "/" not in n and n not in
+                     ("native", "native-nonblocking", "auto", "hpccoll-native")}
+        persistent = [t for n, t in medians.items() if n.endswith("/persistent")]
+        best = min(scheduled, key=scheduled.get) if scheduled else None
+        print(f"| {collective} | {nbytes} | {native * 1e6:.2f} "
+              f"| {native / medians['native-nonblocking']:.2f}x "
+              f"| {native / medians['auto']:.2f}x | {native / medians['hpccoll-native']:.2f}x "
+              f"| {f'{native / scheduled[best]:.2f}x {best}' if best else ''} "
+              f"| {f'{native / min(persistent):.2f}x' if persistent else ''} |")
 
 
 if __name__ == "__main__":
