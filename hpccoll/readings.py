@@ -171,6 +171,9 @@ def _own_array(argument: Any) -> Any:
 
 
 NATIVE = object()           # what a NativeReading gives for a call alike to the one before
+# NumPy's flags C_CONTIGUOUS, F_CONTIGUOUS and WRITEABLE (NPY_ARRAY_*: 0x1, 0x2, 0x400), read
+# at once from ``flags.num`` (a tenth of a microsecond less than three flags read one by one)
+_LAYOUT_FLAGS = 0x1 | 0x2 | 0x400
 _PLAIN_VALUES = (int, str, MPI.Op, MPI.Datatype, MPI.Info)
 
 
@@ -181,9 +184,7 @@ def _likeness(value: Any) -> Any:
     MISS for anything else (another buffer type: not compared), a spec of such a buffer
     included (a device array in a spec must be checked again: check_mpi_takes)."""
     if type(value) is _NDARRAY:
-        flags = value.flags
-        return value.dtype, value.shape, flags.c_contiguous, flags.f_contiguous, \
-            flags.writeable
+        return value.dtype, value.shape, value.flags.num & _LAYOUT_FLAGS
     if type(value) is list or type(value) is tuple:
         buffer = _likeness(value[0])
         return MISS if buffer is MISS else (type(value), buffer, frozen(value[1:]))
