@@ -29,10 +29,14 @@ INSTALL = ("hpccoll simulate needs the SimGrid simulator and hpccoll's compiled 
 # solved in full at every event (network/optim:Full): SimGrid's default lazy update left a
 # 5 GB/s uplink carrying 5.56 GB/s when 96 flows of mixed path latencies started at once on a
 # spine-leaf (perf/sim_link_check.py), and gave RAT 0.4-0.6% different times depending on how
-# the same routes were built
+# the same routes were built.  Each solve is selective (network/maxmin-selective-update):
+# it re-solves only the flows linked, through shared links, to one that started or ended;
+# on a fat tree, where a round's flows start one by one, a full solve over every flow in
+# flight at each start made the run grow as about p^2.7 (perf/simulation.md).  Times agree
+# with the full solve's to 1e-4 (tests/unit/test_sim_selective_update.py)
 CONFIG = ("--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
           "--cfg=network/TCP-gamma:1e18", "--cfg=network/optim:Full",
-          "--log=root.thres:critical")
+          "--cfg=network/maxmin-selective-update:yes", "--log=root.thres:critical")
 
 
 class SimulatorMissing(ImportError):
