@@ -23,7 +23,7 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import COMPLETED, NativeStarted, PersistentRequest, Request, Started
-from .runtime import native, scheduled
+from .runtime.libmpi import DONE, MISMATCH
 from .runtime.operation import Operation
 from .runtime.native import NativeCall
 from .runtime.scheduled import Runner
@@ -121,14 +121,14 @@ class LastCall:
         if compiled is not None:
             code = compiled.start(recv if send is None else send, recv, compiled.state,
                                   compiled.handles, compiled.polls)
-            return code == native.DONE or compiled.finish(code, send, recv)
+            return code == DONE or compiled.finish(code, send, recv)
         runner = self.runner
         if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
             if self.ignores_recv:       # (the binding's own space stands in for it)
                 recv = runner.recv
             code = runner.function(recv if send is None else send, recv, runner.state,
                                    runner.handles, runner.polls, self.tag)
-            return code == scheduled.DONE or self.resume(code, send, recv)
+            return code == DONE or self.resume(code, send, recv)
         return self.run(send, recv)
 
     def start(self, send: np.ndarray | None, recv: Any) -> Any:
@@ -194,11 +194,11 @@ class LastCall:
 
     def resume(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
         """After the runner's function returned ``code`` on these buffers: done (True), or
-        continued to completion (True), or (:data:`~.scheduled.MISMATCH`) run as
+        continued to completion (True), or (:data:`~.runtime.libmpi.MISMATCH`) run as
         :meth:`run` does."""
-        if code == scheduled.DONE:
+        if code == DONE:
             return True
-        if code == scheduled.MISMATCH:
+        if code == MISMATCH:
             return self.run(send, recv)
         Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx,
                          self.tag).wait()

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from mpi4py import MPI
 
 from . import settings
-from .runtime import abandoned, native
+from .runtime import abandoned
 from .runtime.operation import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
-from .runtime.scheduled import DONE, MISMATCH, PENDING, Runner
+from .runtime.libmpi import DONE, MISMATCH, PENDING
+from .runtime.scheduled import Runner
 
 if TYPE_CHECKING:
     from .prepared import Prepared
@@ -252,10 +253,10 @@ class NativeStarted:
         if call.busy:
             return None
         code = call.start(recv if send is None else send, recv, call.state, call.handles, 0)
-        if code == native.PENDING:
+        if code == PENDING:
             self.send, self.recv, self.done, call.busy = send, recv, False, True
             return self
-        if code == native.MISMATCH:
+        if code == MISMATCH:
             return None
         call.finish(code, send, recv)       # (the start failed: raises)
         return COMPLETED
@@ -265,7 +266,7 @@ class NativeStarted:
             return True
         call = self.call
         code = call.test(call.state, call.handles, 1)
-        if code == native.PENDING and not call.overdue():
+        if code == PENDING and not call.overdue():
             return False
         self._finish(code)
         return True

@@ -20,15 +20,20 @@ from typing import Any
 
 from mpi4py import MPI
 
-# the functions called, by their index in :func:`addresses` (the compiled executors' disk
-# caches key on their own source files only: after changing this list in a checkout, delete
-# the runtime's __pycache__/*.nbi so that they compile anew; an install writes every file anew)
+# the functions called, by their index in :func:`addresses`, and what the compiled executors'
+# functions return (the compiled executors' disk caches key on their own source files only:
+# after changing these in a checkout, delete the runtime's __pycache__/*.nbi so that they
+# compile anew; an install writes every file anew)
 FUNCTIONS = ("MPI_Iallreduce", "MPI_Iallgather", "MPI_Iallgatherv", "MPI_Ialltoall",
              "MPI_Ialltoallv", "MPI_Ireduce_scatter", "MPI_Ibcast", "MPI_Ireduce", "MPI_Test",
              "MPI_Iprobe", "MPI_Wtime", "MPI_Isend", "MPI_Irecv", "MPI_Testsome")
 (IALLREDUCE, IALLGATHER, IALLGATHERV, IALLTOALL, IALLTOALLV, IREDUCE_SCATTER, IBCAST, IREDUCE,
  TEST, IPROBE, WTIME, ISEND, IRECV, TESTSOME) = range(len(FUNCTIONS))
 STATUS_WORDS = 16               # int64 words that hold any MPI_Status of the two libraries
+# the run is done (and no revocation notice came); still in flight after the polls it was
+# given; done, a notice waiting; not run (the arrays are not the validated ones); the library
+# refused to start it (nothing of it in flight here); an MPI call failed, transfers in flight
+DONE, PENDING, NOTICE, MISMATCH, START_FAILED, FAILED = range(6)
 
 
 def available() -> bool:

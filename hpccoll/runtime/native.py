@@ -42,7 +42,8 @@ from .. import settings
 from ..collectives import nonblocking, spec
 from ..schedule import Call, offsets
 from . import abandoned, libmpi, progress
-from .libmpi import c_double, c_int, plain
+from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
+                     plain)
 
 # the library's non-blocking collectives the compiled function posts (one branch each): C
 # function -> its index in libmpi.FUNCTIONS, the call's code in the state array
@@ -58,8 +59,6 @@ SEND_COUNTS, SEND_DISPLS, RECV_COUNTS, RECV_DISPLS = range(4)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
 STATE_WORDS = STATUS + libmpi.STATUS_WORDS
 DATATYPE, OP, COMM, NOTICES = range(4)      # the handles array
-# what the compiled function returns
-DONE, PENDING, NOTICE, MISMATCH, START_FAILED, TEST_FAILED = range(6)
 
 
 def posted(method: str) -> int | None:
@@ -155,7 +154,7 @@ class NativeCall:
             raise self.guard.notice()
         memory = (send, recv)
         request = MPI.Request.fromhandle(self._request())
-        if code == TEST_FAILED:
+        if code == FAILED:
             abandoned.hold(self.label, [request], *memory)
             raise self.guard.fail(MPI.Exception(int(state[ERROR])))
         progress.wait_requests([request], self.label, self._deadline(), memory, self.guard)
@@ -211,7 +210,7 @@ def _compiled() -> Any:
             error = c_int(function[libmpi.TEST], (request, flag, status))
             if error:
                 state[ERROR] = error
-                return TEST_FAILED
+                return FAILED
             if state[FLAG]:
                 state[FLAG] = 0
                 c_int(function[libmpi.IPROBE], (source, tag, handles[NOTICES], flag,

@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 from .. import settings
 from . import abandoned, kernels, scheduled
+from .libmpi import FAILED, NOTICE, PENDING
 from .executor import Binding, CompiledStep, step_tag
 from .ops import run_ops
 from .progress import Guard, idle_polls, past, poll, timeout
@@ -84,7 +85,7 @@ class Operation:
     def resume(cls, runner: scheduled.Runner, code: int, reduce: kernels.Reduction | None,
                memory: tuple, guard: Guard, tag: int) -> "Operation":
         """The operation of a run that ``runner``'s function began outside one (tagged from
-        ``tag``) and left with ``code`` (not :data:`~.scheduled.DONE`): it takes over the
+        ``tag``) and left with ``code`` (not :data:`~.libmpi.DONE`): it takes over the
         binding."""
         operation = cls(runner.binding, reduce, _nothing, memory, guard, tag)
         runner.binding.busy = True
@@ -98,14 +99,14 @@ class Operation:
 
     def _ran(self, code: int) -> None:
         """Where the compiled function left the run: pending at a step, done, failed."""
-        if code == scheduled.PENDING:
+        if code == PENDING:
             self.position = self.runner.step()
             return
-        if code == scheduled.FAILED:
+        if code == FAILED:
             self.position = self.runner.step()
             raise self.runner.error()
         self._finish(notices=False)
-        if code == scheduled.NOTICE:
+        if code == NOTICE:
             raise self.guard.notice()
 
     def _run_compiled(self, polls: int) -> None:
@@ -116,7 +117,7 @@ class Operation:
             runner.function, runner.send, runner.recv, runner.state, runner.handles, self.tag
         code = function(send, recv, state, handles, polls, tag)
         spins = 0
-        while code == scheduled.PENDING:
+        while code == PENDING:
             spins += 1
             if spins % 64 == 0:
                 self._check_compiled()
@@ -214,7 +215,7 @@ class Operation:
         if runner is not None and not self.done:
             code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 1,
                                    self.tag)
-            if code == scheduled.PENDING:
+            if code == PENDING:
                 self._check_compiled()
                 return False
             self._ran(code)

@@ -42,7 +42,7 @@ from mpi4py import MPI
 from ..schedule import Region
 from . import buffers, libmpi, progress
 from .kernels import Reduction, reduce_pair, reduce_strided
-from .libmpi import c_double, c_int, carray_at, plain
+from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
 from .ops import terms
 
 if TYPE_CHECKING:
@@ -70,8 +70,6 @@ LARGEST_COUNT = 2**31 - 1           # elements in a message
 KIND, DST, A, B, COUNT, ROWS = range(6)
 OP_WORDS = 6
 COPY, PAIR, STRIDED = range(3)
-# what the compiled function returns
-DONE, PENDING, NOTICE, MISMATCH, FAILED = range(5)
 COMPUTABLE = "iufc"     # element kinds the compiled work handles (booleans: when reducing)
 
 
