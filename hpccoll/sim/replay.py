@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import registry
 from ..collectives import spec
-from ..schedule import Program, Step
+from ..schedule import Call, Program, Step
 from . import compiled, drive, engine, native, network
 from .compiled import local_seconds
 from .platform import Platform
@@ -100,15 +100,18 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
                                   itemsize).algorithm
     count = max(nbytes // itemsize, 0)
     topology = None if flat else platform.topology
-    calls = [spec(collective).bench_call(platform.ranks, r, count, itemsize=itemsize,
-                                         topology=topology, options=tuple(sorted(options)))
-             for r in range(platform.ranks)]
-    reason = registry.get(collective, algorithm).violated(calls[0])
+
+    def call(rank: int) -> Call:
+        """Rank ``rank``'s call, made when it is planned: an allgather's or all-to-all's
+        call holds p counts, so all p calls at once would hold p^2."""
+        return spec(collective).bench_call(platform.ranks, rank, count, itemsize=itemsize,
+                                           topology=topology, options=tuple(sorted(options)))
+    reason = registry.get(collective, algorithm).violated(call(0))
     if reason is not None:
         raise ValueError(f"algorithm {algorithm!r} cannot serve {collective} on "
                          f"{platform.ranks} ranks of {platform.spec}: it requires {reason}")
     planner = registry.get(collective, algorithm).planner
-    return [planner(call) for call in calls]
+    return [planner(call(rank)) for rank in range(platform.ranks)]
 
 
 class Ranks:
