@@ -346,7 +346,7 @@ def _chunk_reducer(op: str, dst: np.ndarray, rows: np.ndarray) -> Callable[[], N
     """``kernels.reduce_rows(op, dst, rows)`` as a function of no arguments with its set-up
     (the flat view of the strided rows: some 10 us of Python) done once."""
     p, n = rows.shape
-    if n == 0 or rows.dtype == np.float16:
+    if n == 0 or not kernels.computes(rows.dtype):
         return lambda: kernels.reduce_rows(op, dst, rows)
     stride = rows.strides[0] // rows.itemsize
     flat = np.lib.stride_tricks.as_strided(rows, shape=((p - 1) * stride + n,),

@@ -185,9 +185,15 @@ def _numba_kernels() -> dict[str, Callable]:
             "move_runs": move_runs}
 
 
+def computes(dtype: np.dtype) -> bool:
+    """Whether compiled code (the kernels here, the compiled executors) computes with
+    ``dtype``: not NumPy's float16, which Numba lacks on the CPU (NumPy's ufuncs reduce it)."""
+    return np.dtype(dtype) != np.float16
+
+
 def reducer(op: str, dtype: np.dtype) -> Reducer:
     """``f(dst, a, b)``: ``dst[:] = a op b`` elementwise; ``dst`` may be ``a`` or ``b``."""
-    if np.dtype(dtype) == np.float16:
+    if not computes(dtype):
         ufunc = UFUNCS[op]
         return lambda dst, a, b: ufunc(a, b, out=dst)
     return _numba_kernels()[op]
@@ -207,7 +213,7 @@ class Reduction:
 
 def reduction(op: str, dtype: np.dtype) -> Reduction:
     """The host :class:`Reduction` of ``op`` on ``dtype``."""
-    if np.dtype(dtype) == np.float16:
+    if not computes(dtype):
         return Reduction(reducer(op, dtype))
     return Reduction(reducer(op, dtype), row_kernels()[op], op)
 
@@ -285,7 +291,7 @@ def reduce_rows(op: str, dst: np.ndarray, rows: np.ndarray) -> None:
     if n == 0:
         return
     item = rows.itemsize
-    if rows.dtype == np.float16 or dst.dtype != rows.dtype or not dst.flags.c_contiguous \
+    if not computes(rows.dtype) or dst.dtype != rows.dtype or not dst.flags.c_contiguous \
             or rows.strides[1] != item or rows.strides[0] < 0 or rows.strides[0] % item:
         if p == 1:
             dst[...] = rows[0]

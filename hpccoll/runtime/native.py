@@ -42,6 +42,7 @@ from .. import settings
 from ..collectives import nonblocking, spec
 from ..schedule import Call, offsets
 from . import abandoned, libmpi, progress
+from .kernels import computes
 from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
                      plain)
 
@@ -71,7 +72,7 @@ def runs(collective: str, dtype: np.dtype, largest: int = 0) -> bool:
     """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
     on the CPU) with counts and displacements up to ``largest`` elements (C ints) with this
     MPI library (:func:`available`)."""
-    return posted(spec(collective).mpi_name) is not None and np.dtype(dtype) != np.float16 \
+    return posted(spec(collective).mpi_name) is not None and computes(dtype) \
         and largest <= LARGEST_COUNT and libmpi.available()
 
 
@@ -181,8 +182,8 @@ def executor(collective: str, dtype: np.dtype) -> str:
     kind = posted(spec(collective).mpi_name)
     if kind is None:
         return f"mpi4py's non-blocking {collective} (the compiled executor does not post it)"
-    if dtype == np.float16:
-        return "mpi4py's non-blocking collective (the compiled executor takes no float16)"
+    if not computes(dtype):
+        return f"mpi4py's non-blocking collective (the compiled executor takes no {dtype})"
     if not libmpi.available():
         return ("mpi4py's non-blocking collective (the compiled executor does not know this "
                 f"MPI library: {MPI.get_vendor()[0]})")

@@ -41,7 +41,7 @@ from mpi4py import MPI
 
 from ..schedule import Region
 from . import buffers, libmpi, progress
-from .kernels import Reduction, reduce_pair, reduce_strided
+from .kernels import Reduction, computes, reduce_pair, reduce_strided
 from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
 from .ops import terms
 
@@ -79,7 +79,7 @@ def runs(binding: Binding, reduction: Reduction | None) -> bool:
     plan = binding.plan
     dtype = plan.dtype
     return binding.window is None and binding.memory_kind == buffers.HOST and \
-        dtype != np.float16 and (dtype.kind in COMPUTABLE or dtype.kind == "b" and
+        computes(dtype) and (dtype.kind in COMPUTABLE or dtype.kind == "b" and
                                  reduction is not None) and \
         (reduction is None or reduction.op is not None) and libmpi.available() and \
         all(t.count <= LARGEST_COUNT for _, step in plan.steps
@@ -92,7 +92,7 @@ def executor(family: str, dtype: np.dtype) -> str:
     python = "hpccoll's schedule executor in Python"
     if family == "csc":
         return f"{python} (shared-window algorithms synchronise the node in Python)"
-    if dtype == np.float16 or dtype.kind not in COMPUTABLE + "b":
+    if not computes(dtype) or dtype.kind not in COMPUTABLE + "b":
         return f"{python} (the compiled executor takes no {dtype})"
     if not libmpi.available():
         return f"{python} (the compiled executor does not know {MPI.get_vendor()[0]})"
