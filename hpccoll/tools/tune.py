@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from typing import Any
 
@@ -38,8 +37,10 @@ def add_parser(subparsers: Any) -> None:
     add_timing_arguments(parser, 10, 0.05, 5)
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
     parser.add_argument("--repeat", type=int, default=3,
-                        help="sweeps per collective; each time is the median over them "
-                             "(default 3: shared machines are noisy)")
+                        help="sweeps per collective; each time is the median over them, and "
+                             "an algorithm replaces native at a size only if its slowest sweep "
+                             "is no slower than native's median (default 3: shared machines "
+                             "are noisy)")
     parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
                         help="decision table to write; merged into if it exists (other rank "
                              "counts kept), default hpccoll-tuning.json")
@@ -71,9 +72,9 @@ def run_simulated(args: argparse.Namespace) -> int:
         names = algorithms_for(collective, "all", target)
         results = simulated_results(collective, names, target, size_range(args.sizes),
                                     args.dtype)
-        timings: dict[int, dict[str, float]] = {}
+        timings: dict[int, dict[str, list[float]]] = {}
         for r in results:
-            timings.setdefault(r.bytes, {})[r.algorithm] = r.time_us
+            timings.setdefault(r.bytes, {})[r.algorithm] = [r.time_us]
         rules = tuning.rules_from_timings(timings)
         table = tuning.merge(table, collective, target.ranks, rules)
         print(f"# {collective} on {args.platform} ({target.ranks} ranks): " + ", ".join(
@@ -115,10 +116,11 @@ def run(args: argparse.Namespace) -> int:
                 if r.algorithm != "native":
                     name = "native" if r.algorithm == API_NATIVE else r.algorithm
                     sweeps.setdefault((r.bytes, name), []).append(r.time_us)
-        timings: dict[int, dict[str, float]] = {}
+        timings: dict[int, dict[str, list[float]]] = {}
         for (size, name), times in sweeps.items():
-            timings.setdefault(size, {})[name] = statistics.median(times)
-        table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings))
+            timings.setdefault(size, {})[name] = times
+        table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings),
+                             tuning.library())
     if comm.rank == 0:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1)

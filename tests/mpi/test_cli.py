@@ -156,8 +156,12 @@ def test_tune_writes_a_table_that_auto_follows(tmp_path):
         assert done.returncode == 0, done.stderr
     loaded = tuning.load_table(str(table), table.stat().st_mtime)
     assert [e["ranks"] for e in loaded["collectives"]["allreduce"]] == [[2, 2], [3, 3]]
-    name, ranks, _ = tuning.lookup(loaded, "alltoall", 3, 64)
-    assert ranks == (3, 3)
+    vendor = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; "
+                             "print(MPI.get_vendor()[0])"], capture_output=True, text=True)
+    entry, rule = tuning.lookup(loaded, "alltoall", 3, 64, vendor.stdout.strip())
+    name = rule["algorithm"]
+    assert entry["ranks"] == [3, 3] and entry["library"] == vendor.stdout.strip()
+    assert tuning.lookup(loaded, "alltoall", 3, 64, "another MPI") is None
     explained = subprocess.run(
         [sys.executable, "-m", "hpccoll", "explain", "alltoall", "--bytes", "64",
          "--ranks", "3"], capture_output=True, text=True,
@@ -216,8 +220,8 @@ def test_bench_straggler_injection(tmp_path):
 
 def test_rules_keep_a_choice_within_five_percent():
     from hpccoll import tuning
-    timings = {8: {"a": 1.0, "b": 2.0}, 16: {"a": 1.03, "b": 1.0}, 32: {"a": 2.0, "b": 1.0},
-               64: {"a": 2.0, "b": 1.0}}
+    timings = {8: {"a": [1.0], "b": [2.0]}, 16: {"a": [1.03], "b": [1.0]},
+               32: {"a": [2.0], "b": [1.0]}, 64: {"a": [2.0], "b": [1.0]}}
     assert tuning.rules_from_timings(timings) == [{"max_bytes": 16, "algorithm": "a"},
                                                   {"max_bytes": None, "algorithm": "b"}]
 

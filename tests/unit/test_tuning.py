@@ -4,11 +4,12 @@ place (reduce): otherwise ranks would run different schedules and never match.""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from hpccoll import tuning
+from hpccoll import costmodel, tuning
 from hpccoll.collectives import SPECS
 
 
@@ -63,3 +64,68 @@ def test_a_tuning_file_of_the_wrong_shape_is_a_value_error_naming_it(tmp_path, t
         tuning.load(str(path))
     assert str(raised.value).startswith(f"tuning file {path}")
     assert message in str(raised.value)
+
+
+def test_an_algorithm_replaces_native_only_when_it_wins_in_every_sweep():
+    """Against native, an algorithm takes a size only if its median is 5% faster and its
+    slowest sweep no slower than native's median; its rule says by how much (the least over
+    the sizes it covers).  Without native (simulated times), the fastest takes it."""
+    timings = {
+        8: {"native": [10.0, 10.5, 11.0], "ring": [7.0, 7.5, 12.0], "direct": [9.8, 9.9, 10.0]},
+        64: {"native": [10.0, 10.0, 10.0], "ring": [5.0, 5.0, 8.0], "direct": [9.0, 9.0, 9.0]},
+        512: {"native": [20.0, 20.0, 20.0], "ring": [10.0, 12.5, 16.0]},
+        4096: {"native": [20.0, 21.0, 22.0], "ring": [20.5, 20.5, 20.5]},
+    }
+    # 8 B: ring's median is 29% faster, but one sweep was slower than native's median;
+    # direct's is 6% faster (9.9 * 1.05 <= 10.5) and its slowest sweep too (10.0 <= 10.5).
+    # 64 B: ring wins, but direct, the previous choice, still may and is not within 5%.
+    # 4096 B: ring's median is faster, but not by 5%.
+    assert tuning.rules_from_timings(timings) == [
+        {"max_bytes": 8, "algorithm": "direct", "faster": 1.06, "worst": 1.05},
+        {"max_bytes": 512, "algorithm": "ring", "faster": 1.6, "worst": 1.25},
+        {"max_bytes": None, "algorithm": "native"}]
+    simulated = {8: {"ring": [3.0], "direct": [2.0]}, 64: {"ring": [2.0], "direct": [3.0]}}
+    assert tuning.rules_from_timings(simulated) == [{"max_bytes": 8, "algorithm": "direct"},
+                                                    {"max_bytes": None, "algorithm": "ring"}]
+
+
+def test_entries_measured_under_a_library_serve_that_library(tmp_path, monkeypatch):
+    rules = {lib: [{"max_bytes": 64, "algorithm": algorithm, "faster": 1.5, "worst": 1.2},
+                   {"max_bytes": None, "algorithm": "native"}]
+             for lib, algorithm in (("MPICH", "ring"), ("Open MPI", "recursive_doubling"),
+                                    (None, "direct"))}
+    table = None
+    for lib, made in rules.items():
+        table = tuning.merge(table, "allgather", 4, made, lib)
+    table = tuning.merge(table, "allgather", 4, rules["MPICH"], "MPICH")   # replaced, not added
+    entries = table["collectives"]["allgather"]
+    assert [e.get("library") for e in entries] == [None, "MPICH", "Open MPI"]
+    for lib, algorithm in (("MPICH", "ring"), ("Open MPI", "recursive_doubling"),
+                           ("another MPI", "direct"), (None, "direct")):
+        entry, rule = tuning.lookup(table, "allgather", 4, 64, lib)
+        assert rule["algorithm"] == algorithm, lib
+    assert tuning.lookup(table, "allgather", 4, 65, "MPICH")[1]["algorithm"] == "native"
+    assert tuning.lookup(table, "allgather", 5, 64, "MPICH") is None
+    # what explain says the decision rests on
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", str(path))
+    monkeypatch.setattr(tuning, "library", lambda: "Open MPI")
+    call = costmodel.stand_in("allgather", 4, 64, 4, None)
+    decision = tuning.decide(call, 64)
+    assert (decision.algorithm, decision.source) == ("recursive_doubling", "tuning file")
+    assert decision.reason == (f"{path}: allgather, ranks 4-4, <= 64 B, measured under Open "
+                               "MPI (1.50x native's time at its closest size, 1.20x in its "
+                               "slowest sweep)")
+
+
+@pytest.mark.parametrize("entry", [
+    {"ranks": [2, 2], "library": 3, "rules": [{"max_bytes": None, "algorithm": "ring"}]},
+    {"ranks": [2, 2], "rules": [{"max_bytes": None, "algorithm": "ring", "faster": 1.2}]},
+    {"ranks": [2, 2], "rules": [{"max_bytes": None, "algorithm": "ring", "faster": "1.2",
+                                 "worst": 1.1}]},
+])
+def test_a_library_or_evidence_of_the_wrong_shape_is_a_value_error(entry):
+    table = {"format": tuning.FORMAT, "collectives": {"allreduce": [entry]}}
+    with pytest.raises(ValueError, match="optional: \"library\": a name"):
+        tuning.check_table(table, "tuning file t.json")
