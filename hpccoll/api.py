@@ -225,7 +225,7 @@ def _spec_rest(buffer: Any) -> list | tuple:
     """A copy of the items after the array of ``buffer``, a spec ``[array, counts(,
     displs)]`` of plain numbers; LookupError where a repeat cannot compare them (no such
     spec, NumPy arrays among the numbers)."""
-    if type(buffer) not in (list, tuple) or not buffer or type(buffer[0]) is not np.ndarray:
+    if type(buffer) not in _SPEC_TYPES or not buffer or type(buffer[0]) is not np.ndarray:
         raise LookupError("not an array, nor a spec of one")
     return copied(buffer[1:])
 

@@ -57,7 +57,8 @@ launch() {
   bin=$(bin_of "$library")
   # shellcheck disable=SC2046  # library_env's words are env arguments
   timeout "$RUN_TIMEOUT" env -u "HPCCOLL_${collective^^}_ALGORITHM" \
-    $(library_env "$library" "$ranks") "${settings[@]}" "$bin/mpiexec" -n "$ranks" "$bin/python" "$@" < /dev/null
+    $(library_env "$library" "$ranks") "${settings[@]}" \
+    "$bin/mpiexec" -n "$ranks" "$bin/python" "$@" < /dev/null
 }
 
 # measure LIBRARY COLLECTIVE RANKS VARIANT ALGORITHMS [VAR=VALUE...]: one hpccoll bench run,
