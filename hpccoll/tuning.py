@@ -107,8 +107,8 @@ def _describe(collective: str, entry: dict[str, Any], rule: dict[str, Any]) -> s
     if "library" in entry:
         text += f", measured under {entry['library']}"
     if "faster" in rule:
-        text += f" ({rule['faster']:.2f}x native's time at its closest size, " \
-                f"{rule['worst']:.2f}x in its slowest sweep)"
+        text += f" ({rule['faster']:.2f}x as fast as native where its lead was least, " \
+                f"{rule['worst']:.2f}x in its slowest sweep there)"
     return text
 
 

@@ -115,8 +115,8 @@ def test_entries_measured_under_a_library_serve_that_library(tmp_path, monkeypat
     decision = tuning.decide(call, 64)
     assert (decision.algorithm, decision.source) == ("recursive_doubling", "tuning file")
     assert decision.reason == (f"{path}: allgather, ranks 4-4, <= 64 B, measured under Open "
-                               "MPI (1.50x native's time at its closest size, 1.20x in its "
-                               "slowest sweep)")
+                               "MPI (1.50x as fast as native where its lead was least, 1.20x "
+                               "in its slowest sweep there)")
 
 
 @pytest.mark.parametrize("entry", [
