@@ -76,14 +76,15 @@ def decide(call: Call, nbytes: int) -> Decision:
     given = settings.read("HPCCOLL_TUNING_FILE")
     tables = [] if given == "none" else \
         [("tuning file", given), ("shipped table", str(SHIPPED) if SHIPPED.exists() else None)]
+    running = library()
     for source, path in tables:
         if not path:
             continue
         table = load(path)
-        found = lookup(table, call.collective, call.p, nbytes, library())
+        found = lookup(table, call.collective, call.p, nbytes, running)
         if found is None:
             skipped.append(f"{source} {path} has no rule for {call.collective} on {call.p} "
-                           "ranks" + (f" under {library()}" if library() else ""))
+                           "ranks" + (f" under {running}" if running else ""))
             continue
         entry, rule = found
         name = rule["algorithm"]
@@ -217,10 +218,11 @@ def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int,
     def preference(entry: dict[str, Any]) -> int:
         named = entry.get("library")
         return 0 if named is not None and named == library else 1 if named is None else 2
-    entries = sorted((e for e in table.get("collectives", {}).get(collective, [])
-                      if e["ranks"][0] <= p <= e["ranks"][1]), key=preference)
-    entries = [e for e in entries if library is None or preference(e) < 2]
-    for entry in entries[:1]:
+    entry = min((e for e in table.get("collectives", {}).get(collective, [])
+                 if e["ranks"][0] <= p <= e["ranks"][1]
+                 and (library is None or e.get("library") in (None, library))),
+                key=preference, default=None)           # (the first of the most preferred)
+    if entry is not None:
         for rule in entry["rules"]:
             if rule["max_bytes"] is None or nbytes <= rule["max_bytes"]:
                 return entry, rule
