@@ -6,8 +6,8 @@
 ``compile``: seconds of a process's first and second device reduction and block move (the
 first compiles the CUDA kernels, or loads them from Numba's disk cache: run it twice, the
 cache empty and then full).  ``latency``: the median time of an 8-byte allreduce (ring and
-MPI's own) on host NumPy arrays and on device arrays, staged and GPU-aware (managed memory,
-which any MPI reads, where CuPy is there), over 1,000 calls after 100 warm-up calls.
+MPI's own) on host NumPy arrays and on device arrays, staged, and GPU-aware where MPI reads GPU
+memory, over 1,000 calls after 100 warm-up calls.
 """
 
 from __future__ import annotations
@@ -52,24 +52,19 @@ def latency() -> None:
     from numba import cuda
 
     import hpccoll
+    from hpccoll.runtime import buffers
     comm = MPI.COMM_WORLD
     memories = [("host", lambda v: v), ("numba", cuda.to_device)]
     try:
         import cupy
-
-        def managed(values):
-            array = cupy.ndarray(values.shape, values.dtype,
-                                 memptr=cupy.cuda.malloc_managed(values.nbytes))
-            array.set(values)
-            return array
-        memories += [("cupy", cupy.asarray), ("cupy managed", managed)]
+        memories.append(("cupy", cupy.asarray))
     except ImportError:
         pass
-    for aware in ("0", "1"):
+    for aware in ("0", "1") if buffers.library_gpu_aware() else ("0",):
         os.environ["HPCCOLL_GPU_AWARE"] = aware
         duplicate = comm.Dup()
         for name, to_memory in memories:
-            if name == "host" and aware == "1" or "managed" in name and aware == "0":
+            if name == "host" and aware == "1":
                 continue
             send, recv = to_memory(np.ones(1)), to_memory(np.zeros(1))
             for algorithm in ("ring", "native"):

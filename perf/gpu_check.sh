@@ -6,8 +6,9 @@
 # stderr), installs the wheels carried in .whl/ without a package index (pip --no-index
 # --prefix; none needed where everything is installed), runs tests/mpi/test_gpu.py (every
 # collective and algorithm on CuPy, Numba and PyTorch device arrays, staged and through the
-# GPU-aware executor on managed memory, inputs from other streams, a call that must not wait
-# for a kernel sleeping on another stream, the issue-34 cases) and fails if any of them
+# GPU-aware executor where MPI reads GPU memory, MPI's own call on managed memory, inputs
+# from other streams, a call that must not wait for a kernel sleeping on another stream,
+# the issue-34 cases) and fails if any of them
 # skipped (no CUDA, no NVVM) or failed, then measures the kernels' first compile (cache
 # empty, then full), an 8 B allreduce against host buffers, and a short
 # benchmark (allreduce, allgather, alltoall, 8 B - 4 MiB, 1 and 2 ranks).  Everything goes
