@@ -151,17 +151,19 @@ def owner(buf: Any) -> Any:
             return obj
 
 
-def owner_ref(buf: Any) -> Callable[[], Any]:
-    """A weak reference to the owner of ``buf``'s memory, or a strong one where the owner
-    takes no weak references (bytes): a dead reference means the memory may be reused.
-    Device memory has no owner hpccoll can follow through every library (CuPy, PyTorch,
-    Numba): its bindings live until evicted, which is safe because a binding only runs on
-    buffers validated at its addresses."""
+def owner_ref(buf: Any, released: Callable[[Any], None] | None = None
+              ) -> Callable[[], Any]:
+    """A weak reference to the owner of ``buf``'s memory (calling ``released`` with it when
+    the owner dies, while the reference lives), or a strong one where the owner takes no
+    weak references (bytes): a dead reference means the memory may be reused.  Device
+    memory has no owner hpccoll can follow through every library (CuPy, PyTorch, Numba): its
+    bindings live until evicted, which is safe because a binding only runs on buffers
+    validated at its addresses."""
     if not isinstance(buf, np.ndarray):
         return _present
     obj = owner(buf)
     try:
-        return weakref.ref(obj)
+        return weakref.ref(obj, released)
     except TypeError:
         return lambda: obj
 

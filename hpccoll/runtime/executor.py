@@ -83,11 +83,20 @@ class Plan:
                     self.bindings.move_to_end(key)
                     return found
                 return Binding(self, comm, send, recv, window)
-            del self.bindings[key]
-        fresh = self.bindings[key] = Binding(self, comm, send, recv, window)
+            self.bindings.pop(key, None)
+        fresh = self.bindings[key] = Binding(self, comm, send, recv, window,
+                                             lambda ref: self._released(key, ref))
         while len(self.bindings) > BINDINGS_PER_PLAN:
             self.bindings.popitem(last=False)
         return fresh
+
+    def _released(self, key: tuple, ref: Any) -> None:
+        """The owner of the host memory behind reference ``ref`` died: drop the binding of
+        ``key`` if it is the one that held ``ref``, and with it its scratch (a program that
+        runs once on each of many arrays would otherwise keep a scratch per dead array)."""
+        found = self.bindings.get(key)
+        if found is not None and (ref is found.send_owner or ref is found.recv_owner):
+            self.bindings.pop(key, None)
 
     def free(self) -> None:
         self.bindings.clear()
@@ -102,7 +111,7 @@ class Binding:
     """A plan bound to buffers: views, scratch, staging and each step's messages."""
 
     def __init__(self, plan: Plan, comm: MPI.Comm, send: Any, recv: Any,
-                 window: NodeWindow | None):
+                 window: NodeWindow | None, released: Callable[[Any], None] | None = None):
         self.plan = plan
         self.comm = comm
         self.busy = False
@@ -115,8 +124,8 @@ class Binding:
                       RECV: buffers.borrowed(recv),
                       SCRATCH: buffers.empty(memory, plan.program.scratch, dtype)}
         self.staging = buffers.empty(memory, plan.staging, dtype)
-        self.send_owner = buffers.owner_ref(send) if send is not None else _alive
-        self.recv_owner = buffers.owner_ref(recv)
+        self.send_owner = buffers.owner_ref(send, released) if send is not None else _alive
+        self.recv_owner = buffers.owner_ref(recv, released)
         self.mpi_type = buffers.mpi_datatype(dtype)
         self.window = window if plan.program.window else None
         if self.window is None:

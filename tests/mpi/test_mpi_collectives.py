@@ -209,19 +209,30 @@ def test_nonblocking_and_persistent_forms(mpi_ranks, comm):
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
 def test_repeated_calls_reuse_and_release_bindings(mpi_ranks, comm):
     """The persistent-request cache must follow the buffers: new arrays at the same sizes,
-    arrays freed and reallocated, and views of one array all give right results."""
+    arrays freed and reallocated, and views of one array all give right results; a binding
+    lives while its arrays do (reused by the next call on them) and is dropped, with its
+    scratch, when one of them dies."""
     import gc
     import hpccoll
+    from hpccoll.context import existing_context
     p, r = comm.size, comm.rank
+
+    def ring_bindings():
+        plans = existing_context(comm).plans.values()
+        return [b for plan in plans if plan.label == "allgather/ring"
+                for b in plan.bindings.values()]
     for round_ in range(6):
         send = data(r, 50, "int32", salt=round_)
         want = np.zeros(50 * p, "int32")
         comm.Allgather(send, want)
         got = np.zeros(50 * p, "int32")
-        hpccoll.allgather(comm, send, got, algorithm="ring")
-        check(got, want, f"round {round_}")
+        for _ in range(2):
+            hpccoll.allgather(comm, send, got, algorithm="ring")
+            check(got, want, f"round {round_}")
+        assert len(ring_bindings()) == 1
         del send, got
         gc.collect()
+        assert ring_bindings() == [], round_
     big = np.zeros(100 * p, "int32")
     for offset in (0, 10):
         send = data(r, 40, "int32", salt=offset)
