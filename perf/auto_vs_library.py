@@ -44,7 +44,9 @@ def ratios(directory: Path) -> dict:
 
 def report(cells: dict, command: str) -> str:
     lines = ["# auto against the MPI library's own collective", "",
-             "Made by (repository root):", "", f"    {command}", "",
+             "Made from every run in the results folder, of whichever invocation (rank "
+             "counts may come from different ones); the last invocation (repository root):",
+             "", f"    {command}", "",
              "Each cell: the library's time over auto's (> 1: auto faster), the median over "
              "the runs, then the runs' range; auto's pick after it.  2 ranks fill the 2 "
              "cores; more are oversubscribed.", ""]
