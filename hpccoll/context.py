@@ -33,6 +33,7 @@ from . import settings
 from .runtime import abandoned
 from .runtime.agreement import gather_rows
 from .runtime.executor import Plan
+from .runtime.pool import size_class
 from .runtime.progress import (CollectiveTimeout, CommunicatorRevoked, mpi_failure,
                                note_ranks_per_host, wait_requests)
 from .runtime.window import NodeWindow
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 PLANS_PER_COMM = 128
 CALLS_PER_COMM = 256
 NOTICE_BYTES = 512      # the text of a revocation notice
+SPARE_BYTES = 64 << 20  # the largest buffer kept for reuse by Context.spare
 BLAME_GRACE = 0.2       # s, at most timeout/4: a timed-out rank listens for its silent peer's reason
 
 
@@ -59,7 +61,8 @@ class Context:
     """hpccoll's state for one user communicator: a private duplicate (``comm``) and
     another for revocation notices (``notices``), the plan cache, the tag slots of operations
     and the revocation state (it is the :class:`~hpccoll.runtime.progress.Guard` of every
-    wait on the duplicate)."""
+    wait on the duplicate), and the host buffers that the patterns reuse between calls
+    (:meth:`spare`)."""
 
     def __init__(self, comm: MPI.Comm, notices: MPI.Comm, topology: Topology):
         self.comm, self.notices = comm, notices
@@ -67,6 +70,7 @@ class Context:
         self.window: NodeWindow | None = None
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self.calls: OrderedDict[tuple, Prepared] = OrderedDict()
+        self.spares: dict[str, np.ndarray] = {}
         self.revoked: CommunicatorRevoked | None = None
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         self.tag_span = 1 << 16 if tag_ub >= 1 << 20 else 1 << 8
@@ -177,6 +181,29 @@ class Context:
             self.plans.move_to_end(key)
         return found
 
+    def spare(self, role: str, count: int, dtype: np.dtype) -> np.ndarray:
+        """A flat host array of ``count`` elements of ``dtype`` (uninitialised) for a
+        pattern's own use in one call: the buffer ``role`` held since an earlier call, when
+        large enough, else a new one.  The buffer is out of the pool until the call hands it
+        back (:meth:`keep_spare`) once its transfers are done, so a call that fails -- whose
+        buffers an abandoned transfer may still write -- never hands them to a later one.
+        Reuse spares later calls the page faults of new memory (perf/moe.md)."""
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        held = self.spares.pop(role, None)
+        if held is None or held.nbytes < nbytes:
+            held = np.empty(size_class(nbytes), np.uint8)
+        return held[:nbytes].view(dtype)
+
+    def keep_spare(self, role: str, array: np.ndarray) -> None:
+        """Hand back a buffer of :meth:`spare` (any view of it) for later calls, unless it
+        is larger than :data:`SPARE_BYTES`."""
+        held = array
+        while held.base is not None:
+            held = held.base
+        if held.nbytes <= SPARE_BYTES:
+            self.spares[role] = held
+
     def node_window(self, nbytes: int, identity: int) -> NodeWindow:
         """The shared window of this rank's node, with halves of at least ``nbytes``.  Made
         or grown (MPI's blocking window calls, collective) only after every rank agreed under
@@ -201,6 +228,7 @@ class Context:
             plan.free()
         self.plans.clear()
         self.calls.clear()
+        self.spares.clear()
         if self.window is not None:
             self.window.free()
         for comm in (self.comm, self.notices):

@@ -21,6 +21,11 @@ choices, and so on; the slots past the capacity are dropped, counted on the send
 ``handle.dropped`` and over all ranks in ``handle.dropped_total``.  Without a capacity factor
 nothing is dropped.
 
+The buffers that stay inside a call (the send rows, the rows of a multi-expert rank before
+they are grouped, the rows sent and received back by combine) are the communicator's spares
+(:meth:`hpccoll.context.Context.spare`), reused by the next call instead of new memory whose
+page faults cost more than a small layer's exchanges (perf/moe.md).
+
 Row order: the rows of one expert come by sending rank, and within a rank in priority order
 (k index, then token).  Every argument is checked on every rank before any message, and the
 count exchange carries each rank's status and a checksum of what ranks must pass alike (H,
@@ -203,25 +208,32 @@ def count_slots(expert_ids: np.ndarray, bucket: np.ndarray, capacity: int | None
     return kept
 
 
-def place_slots(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray, kept: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The counting sort's second pass: the send rows and each slot's row (-1: dropped)."""
-    send = np.empty((int(kept.sum()), x.shape[1]), x.dtype)
+def place_slots(x: np.ndarray, expert_ids: np.ndarray, bucket: np.ndarray, kept: np.ndarray,
+                send: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The counting sort's second pass: the send rows (into ``send``, flat, when given) and
+    each slot's row (-1: dropped)."""
+    shape = (int(kept.sum()), x.shape[1])
+    send = np.empty(shape, x.dtype) if send is None else send.reshape(shape)
     positions = np.empty(expert_ids.shape, np.int64)
     _kernels()["place_slots"](send, positions, x, expert_ids, bucket, kept)
     return send, positions
 
 
-def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool, gap: int = 0
-            ) -> np.ndarray:
+def regroup_copies(block_rows: np.ndarray, gap: int = 0) -> bool:
+    """Whether :func:`regroup` of these blocks makes a copy (the orders differ or a gap)."""
+    return gap > 0 or min(block_rows.shape) > 1
+
+
+def regroup(rows: np.ndarray, block_rows: np.ndarray, to_experts: bool, gap: int = 0,
+            out: np.ndarray | None = None) -> np.ndarray:
     """``rows`` reordered between source-major and expert-major blocks ``block_rows[s, e]``
-    (``to_experts``: source-major in, expert-major out); ``gap`` rows left before each
-    source's blocks on the source-major side (uninitialised in the output); no copy when
-    the orders agree and there is no gap."""
-    if gap == 0 and min(block_rows.shape) <= 1:
+    (``to_experts``: source-major in, expert-major out), into ``out`` (flat) when given;
+    ``gap`` rows left before each source's blocks on the source-major side (uninitialised
+    in the output); ``rows`` itself when the orders agree and there is no gap."""
+    if not regroup_copies(block_rows, gap):
         return rows
-    out = np.empty((rows.shape[0] + (0 if to_experts else gap * len(block_rows)),
-                    rows.shape[1]), rows.dtype)
+    shape = (rows.shape[0] + (0 if to_experts else gap * len(block_rows)), rows.shape[1])
+    out = np.empty(shape, rows.dtype) if out is None else out.reshape(shape)
     _kernels()["regroup"](out.reshape(-1), rows.reshape(-1), block_rows, rows.shape[1], gap,
                           to_experts)
     return out
@@ -431,10 +443,12 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
                   0, 0, 0)
     check_comm(comm)
     ctx = context(comm)
-    # the rows are copied into place while the counts travel
+    # the rows are copied into place while the counts travel; the buffers that do not leave
+    # dispatch are the context's spares
     recv_rows, statuses = _exchange_counts(
-        ctx, rank, per_rank, kept, status, error,
-        None if error else lambda: placed.extend(place_slots(x, ids, bucket, kept)))
+        ctx, rank, per_rank, kept, status, error, None if error else lambda: placed.extend(
+            place_slots(x, ids, bucket, kept, ctx.spare("moe.send", rows * x.shape[1],
+                                                        x.dtype))))
     send, positions = placed
     algorithm = row_algorithm(algorithm, ctx, x.dtype.itemsize, int(statuses[:, 3].max()))
 
@@ -442,10 +456,15 @@ def dispatch(x: np.ndarray, expert_ids: Any, weights: Any, comm: MPI.Intracomm,
     kept_before = np.concatenate(([0], np.cumsum(kept)))
     send_rows = np.diff(kept_before[np.concatenate(([0], np.cumsum(per_rank)))])
     hidden = x.shape[1]
-    received = np.empty((int(recv_rows.sum()), hidden), x.dtype)
+    shape = (int(recv_rows.sum()), hidden)
+    received = ctx.spare("moe.received", shape[0] * hidden, x.dtype).reshape(shape) \
+        if regroup_copies(recv_rows) else np.empty(shape, x.dtype)
     _exchange_rows(ctx, comm, algorithm, send, send_rows, received, recv_rows.sum(axis=1),
                    "moe.dispatch: the rows")
     tokens = regroup(received, recv_rows, to_experts=True)
+    ctx.keep_spare("moe.send", send)
+    if tokens is not received:
+        ctx.keep_spare("moe.received", received)
     token_experts = np.repeat(mine, recv_rows.sum(axis=0))
     back_rows = positions + np.where(positions >= 0, owner[ids] + 1, 0)   # status rows
     handle = MoEHandle(comm, algorithm, hidden, x.dtype, back_rows, w, send_rows, recv_rows,
@@ -472,15 +491,20 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
                            f"{getattr(expert_out, 'shape', type(expert_out).__name__)} "
                            f"{getattr(expert_out, 'dtype', '')}")
         expert_out = np.empty((rows, hidden), handle.dtype)
+    ctx = context(comm)
     to_rank = handle.recv_rows.sum(axis=1) + 1              # rows back to each rank
-    outgoing = regroup(np.ascontiguousarray(expert_out), handle.recv_rows, False, gap=1)
+    outgoing = regroup(np.ascontiguousarray(expert_out), handle.recv_rows, False, gap=1,
+                       out=ctx.spare("moe.outgoing", int(to_rank.sum()) * hidden,
+                                     handle.dtype))
     status_rows = np.cumsum(to_rank) - to_rank
     outgoing[status_rows] = 0
     outgoing[status_rows, 0] = error is not None
     from_rank = handle.send_rows + 1
-    back = np.empty((int(from_rank.sum()), hidden), handle.dtype)
-    _exchange_rows(context(comm), comm, handle.algorithm, outgoing, to_rank, back, from_rank,
+    shape = (int(from_rank.sum()), hidden)
+    back = ctx.spare("moe.back", shape[0] * hidden, handle.dtype).reshape(shape)
+    _exchange_rows(ctx, comm, handle.algorithm, outgoing, to_rank, back, from_rank,
                    "moe.combine: the rows")
+    ctx.keep_spare("moe.outgoing", outgoing)
     if error is not None:
         raise ValueError(f"moe.combine failed on rank {comm.Get_rank()}: {error}")
     failed = np.flatnonzero(back[np.cumsum(from_rank) - from_rank, 0])
@@ -489,4 +513,5 @@ def combine(expert_out: np.ndarray, handle: MoEHandle) -> np.ndarray:
                          "not fit its dispatch (that rank's error says how)")
     out = np.empty((handle.positions.shape[0], hidden), handle.dtype)
     _kernels()["weighted_sum"](out, back, handle.positions, handle.weights)
+    ctx.keep_spare("moe.back", back)
     return out

@@ -1,5 +1,6 @@
-"""The local parts of MoE dispatch/combine (no MPI): the owner map, the capacity, the
-counting-sort packing, the block regrouping and the argument checks, against NumPy."""
+"""The local parts of MoE dispatch/combine: the owner map, the capacity, the counting-sort
+packing, the block regrouping and the argument checks, against NumPy (no messages), and the
+reuse of the internal buffers (on a duplicate of COMM_SELF)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,38 @@ def test_bad_owner_maps_are_named(num_experts, owner, pattern):
     with pytest.raises(ValueError, match=pattern):
         moe._owner_map(owner, num_experts, 2)
     np.testing.assert_array_equal(moe._owner_map([1, 0, 1], 3, 2), [1, 0, 1])
+
+
+def test_dispatch_and_combine_reuse_their_buffers_but_never_a_failed_calls(monkeypatch):
+    """The buffers that stay inside dispatch and combine (the send rows, the rows sent back
+    and received back) are the context's spares: the next call reuses them, and a call that
+    fails does not hand its own back (an abandoned transfer may still write them)."""
+    from mpi4py import MPI
+
+    from hpccoll.context import context
+    from hpccoll.patterns import combine, dispatch
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((300, 24))
+        ids, w = rng.integers(0, 4, (300, 2)), rng.random((300, 2))
+        want = x * w.sum(axis=1, keepdims=True)          # identity experts
+        np.testing.assert_allclose(combine(*dispatch(x, ids, w, comm, 4)[::2]), want)
+        spares = context(comm).spares
+        held = dict(spares)
+        assert sorted(held) == ["moe.back", "moe.outgoing", "moe.send"]
+        np.testing.assert_allclose(combine(*dispatch(x, ids, w, comm, 4)[::2]), want)
+        assert all(spares[role] is buffer for role, buffer in held.items())
+
+        def fails(*args, **kwargs):
+            raise RuntimeError("the row exchange failed")
+        with monkeypatch.context() as patch:
+            patch.setattr(moe, "_exchange_rows", fails)
+            with pytest.raises(RuntimeError, match="row exchange failed"):
+                dispatch(x, ids, w, comm, 4)
+        assert "moe.send" not in spares
+        tokens, experts, handle = dispatch(x, ids, w, comm, 4)
+        assert not np.shares_memory(spares["moe.send"], held["moe.send"])
+        np.testing.assert_allclose(combine(tokens, handle), want)
+    finally:
+        comm.Free()
