@@ -164,13 +164,22 @@ def us(t: float) -> str:
 
 @dataclass
 class Cell:
-    """A time (us) and what made it."""
+    """A time (us: the median over iterations), its spread (the 10th and 90th percentiles
+    over iterations, where the run recorded them) and what made it."""
 
     time: float
     label: str = ""
+    low: float | None = None
+    high: float | None = None
+
+    @staticmethod
+    def of(row: dict, label: str = "") -> "Cell":
+        return Cell(row["time_us"], label, row.get("p10_us"), row.get("p90_us"))
 
     def text(self, bold: bool = False) -> str:
         value = f"**{us(self.time)}**" if bold else us(self.time)
+        if self.low is not None and self.high is not None:
+            value += f" [{us(self.low)}-{us(self.high)}]"
         return f"{value} ({self.label})" if self.label else value
 
 
@@ -180,8 +189,7 @@ def time_of(run: Run | None, size: int, algorithm: str) -> Cell | None:
     row = next((r for r in run.rows if r["bytes"] == size and r["algorithm"] == algorithm), None)
     if row is None:
         return None
-    label = row["resolved"] if algorithm == "auto" else ""
-    return Cell(row["time_us"], label or "")
+    return Cell.of(row, (row["resolved"] if algorithm == "auto" else "") or "")
 
 
 def fastest(cells: list[Cell | None]) -> Cell | None:
@@ -215,8 +223,13 @@ class SizeRow:
     @property
     def ratio(self) -> float | None:
         """Library best time / hpccoll best time: above 1, hpccoll's best is faster."""
-        library, ours = self.library_best, self.hpccoll_best
-        return library.time / ours.time if library and ours else None
+        return speedup(self.library_best, self.hpccoll_best)
+
+    @property
+    def auto_ratios(self) -> tuple[float | None, float | None]:
+        """The library's default time / auto's, under MPICH and Open MPI."""
+        return (speedup(self.mpich_default, self.auto_mpich),
+                speedup(self.openmpi_default, self.auto_openmpi))
 
     def markdown(self) -> str:
         library, ours = self.library_best, self.hpccoll_best
@@ -227,8 +240,13 @@ class SizeRow:
                  show(self.openmpi_default, library), show(self.openmpi_forced, library),
                  show(self.hpccoll_mpich, ours), show(self.hpccoll_openmpi, ours),
                  show(self.auto_mpich, None), show(self.auto_openmpi, None),
-                 "-" if self.ratio is None else f"{self.ratio:.2f}x"]
+                 *("-" if r is None else f"{r:.2f}x" for r in (*self.auto_ratios, self.ratio))]
         return f"| {human_size(self.size)} | " + " | ".join(cells) + " |"
+
+
+def speedup(theirs: Cell | None, ours: Cell | None) -> float | None:
+    """Their time / ours (above 1: ours is faster); None without both."""
+    return theirs.time / ours.time if theirs and ours else None
 
 
 def size_rows(runs: list[Run], sizes: list[int]) -> list[SizeRow]:
@@ -243,13 +261,14 @@ def size_rows(runs: list[Run], sizes: list[int]) -> list[SizeRow]:
             if run.library == library and run.forced and run.error is None:
                 cell = time_of(run, size, "native")
                 if cell is not None:
-                    cells.append(Cell(cell.time, run.forced))
+                    cell.label = run.forced
+                    cells.append(cell)
         return fastest(cells)
 
     def algorithms_best(run: Run | None, size: int) -> Cell | None:
         if run is None:
             return None
-        return fastest([Cell(r["time_us"], r["algorithm"]) for r in run.rows
+        return fastest([Cell.of(r, r["algorithm"]) for r in run.rows
                         if r["bytes"] == size and r["algorithm"] not in NOT_ALGORITHMS])
 
     mpich, openmpi = full("mpich"), full("openmpi")
@@ -262,8 +281,9 @@ def size_rows(runs: list[Run], sizes: list[int]) -> list[SizeRow]:
 
 HEADER = ("| size | MPICH default | MPICH best forced | Open MPI default | Open MPI best forced "
           "| hpccoll best, MPICH | hpccoll best, Open MPI | hpccoll auto, MPICH "
-          "| hpccoll auto, Open MPI | hpccoll best vs library best |\n"
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| hpccoll auto, Open MPI | auto vs default, MPICH | auto vs default, Open MPI "
+          "| hpccoll best vs library best |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def summary(rows: list[SizeRow]) -> str:
@@ -271,8 +291,14 @@ def summary(rows: list[SizeRow]) -> str:
     if not ratios:
         return "no size has both a library and an hpccoll time"
     at_least = sum(ratio >= 1 for ratio in ratios)
-    return (f"hpccoll best vs library best: {min(ratios):.2f}-{max(ratios):.2f}x; hpccoll's "
+    text = (f"hpccoll best vs library best: {min(ratios):.2f}-{max(ratios):.2f}x; hpccoll's "
             f"best at least as fast at {at_least} of {len(ratios)} sizes")
+    for library, column in zip(LIBRARIES.values(), zip(*(r.auto_ratios for r in rows))):
+        autos = [ratio for ratio in column if ratio is not None]
+        if autos:
+            text += (f"; auto vs {library}'s default {min(autos):.2f}-{max(autos):.2f}x, "
+                     f">= 0.95x at {sum(ratio >= 0.95 for ratio in autos)} of {len(autos)}")
+    return text
 
 
 def report(runs: list[Run], collectives: list[str], ranks: list[int], sizes: list[int],
@@ -290,7 +316,8 @@ def report(runs: list[Run], collectives: list[str], ranks: list[int], sizes: lis
             "rank, each iteration started after a barrier, in microseconds; each cell timed "
             f"for at least {settings.get('min_iterations', '?')} iterations and "
             f"{settings.get('min_time', '?')} s after {settings.get('warmup', '?')} warm-up "
-            "calls (the JSON under the results directory has the spread of every cell).  "
+            "calls; in brackets the 10th-90th percentile of the iterations (the JSON under "
+            "the results directory has more of every cell).  "
             "Columns:", "",
             "* **MPICH default**, **Open MPI default**: the library's collective as a program "
             "calls it (mpi4py), nothing set.",
@@ -310,13 +337,18 @@ def report(runs: list[Run], collectives: list[str], ranks: list[int], sizes: lis
             "default column).",
             "* **hpccoll auto (picked)**: `algorithm=\"auto\"` in the same run, with what it "
             "resolved to.",
+            "* **auto vs default**: the library's default time / auto's under that library "
+            "(issue 31 asks >= 0.95x everywhere).",
             "* **hpccoll best vs library best**: the fastest of the four library columns' "
             "time / the faster of the two hpccoll best times (above 1: hpccoll's best is "
             "faster).  Bold: the fastest library cell and the faster hpccoll cell.", ""]
     for collective in collectives:
         for p in ranks:
             here = [r for r in used if r.collective == collective and r.ranks == p]
-            out += [f"## {collective}, {p} ranks", ""]
+            crowded = next((r.meta["oversubscribed"] for r in here
+                            if r.meta.get("oversubscribed")), None)
+            out += [f"## {collective}, {p} ranks"
+                    + (f" (oversubscribed: {crowded})" if crowded else ""), ""]
             if not here:
                 out += ["not measured", ""]
                 continue

@@ -75,13 +75,16 @@ def test_failure_reason_gives_the_sweeps_reason_and_mpis_complaint():
     assert peers.failure_reason("# run (timed out after 900 s)\n") == "timed out after 900 s"
 
 
-def write_run(directory: Path, library: str, name: str, rows: list[tuple[int, str, float]],
-              mpi: str = "MPICH Version: 5.0.2") -> None:
+def write_run(directory: Path, library: str, name: str, rows: list[tuple],
+              mpi: str = "MPICH Version: 5.0.2", ranks: int = 2,
+              oversubscribed: str | None = None) -> None:
+    """A run's JSON; a row (size, algorithm, time) or (..., p10, p90)."""
     meta = {"mpi": mpi, "date": "2026-11-23 12:00:00", "min_time": 0.1, "min_iterations": 10,
-            "warmup": 3, "ranks": 2}
+            "warmup": 3, "ranks": ranks, "oversubscribed": oversubscribed}
     results = [{"bytes": size, "algorithm": algorithm, "time_us": t,
-                "resolved": "ring" if algorithm == "auto" else None}
-               for size, algorithm, t in rows]
+                "resolved": "ring" if algorithm == "auto" else None,
+                **dict(zip(("p10_us", "p90_us"), spread))}
+               for size, algorithm, t, *spread in rows]
     (directory / library).mkdir(parents=True, exist_ok=True)
     (directory / library / name).write_text(json.dumps({"meta": meta, "results": results}))
 
@@ -103,24 +106,31 @@ def test_the_table_takes_the_fastest_of_each_kind(tmp_path):
                (1024, "native", 12.0), (1024, "ring", 15.0), (1024, "auto", 15.0)],
               mpi="Open MPI v5.0.11")
     write_run(tmp_path, "openmpi", "allreduce_2ranks_forced-ring.json",
-              [(16, "native", 3.0), (1024, "native", 11.0)], mpi="Open MPI v5.0.11")
+              [(16, "native", 3.0), (1024, "native", 11.0, 10.5, 12.5)], mpi="Open MPI v5.0.11")
+    write_run(tmp_path, "mpich", "allreduce_4ranks_hpccoll.json",
+              [(16, "native", 10.0), (16, "auto", 9.0)], ranks=4,
+              oversubscribed="4 ranks on 2 cores of host vm")
     text = peers.report(peers.load_runs(tmp_path), ["allreduce"], [2], [16, 1024],
                         "COLLECTIVES=allreduce bash perf/peers.sh")
+    assert "## allreduce, 4 ranks" not in text
     assert "Made by `COLLECTIVES=allreduce bash perf/peers.sh`" in text
     assert "* MPICH: MPICH Version: 5.0.2" in text and "* Open MPI: Open MPI v5.0.11" in text
     rows = [line for line in text.splitlines() if line.startswith("| 16 |")
             or line.startswith("| 1K |")]
     assert rows == [
         "| 16 | 10.0 | 6.00 (ring) | **2.00** | 3.00 (ring) | 8.00 (ring) | **4.00** (ring) "
-        "| 8.50 (ring) | 4.50 (ring) | 0.50x |",
-        "| 1K | 20.0 | 18.0 (nb) | 12.0 | **11.0** (ring) | 25.0 (direct) | **15.0** (ring) "
-        "| 30.5 (ring) | 15.0 (ring) | 0.73x |"]
+        "| 8.50 (ring) | 4.50 (ring) | 1.18x | 0.44x | 0.50x |",
+        "| 1K | 20.0 | 18.0 (nb) | 12.0 | **11.0** [10.5-12.5] (ring) | 25.0 (direct) "
+        "| **15.0** (ring) | 30.5 (ring) | 15.0 (ring) | 0.66x | 0.80x | 0.73x |"]
     assert "hpccoll best vs library best: 0.50-0.73x; hpccoll's best at least as fast at 0 " \
-           "of 2 sizes" in text
+           "of 2 sizes; auto vs MPICH's default 0.66-1.18x, >= 0.95x at 1 of 2; auto vs " \
+           "Open MPI's default 0.44-0.80x, >= 0.95x at 0 of 2" in text
     assert "MPICH forced algorithms measured: nb, ring." in text
     assert ("MPICH smp: did not run (`MPICH fell back to its own selection 3 times beyond "
             "MPI_Init's: Allreduce smp cannot be applied.`)") in text
-    assert "## allreduce, 4 ranks" not in text
+    four = peers.report(peers.load_runs(tmp_path), ["allreduce"], [4], [16], "x")
+    assert "## allreduce, 4 ranks (oversubscribed: 4 ranks on 2 cores of host vm)" in four
+    assert "| 16 | **10.0** | - | - | - | - | - | 9.00 (ring) | - | 1.11x | - | - |" in four
 
 
 def test_size_ranges_with_a_factor():
