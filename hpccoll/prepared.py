@@ -17,7 +17,7 @@ from mpi4py import MPI
 from . import registry, settings
 from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf, resolve,
                         signature, validate)
-from .collectives import Collective, nonblocking
+from .collectives import Collective, nonblocking, persistent
 from .context import Context, context, existing_context
 from .requests import COMPLETED, NativeOperation
 from .runtime import buffers, device, kernels, native
@@ -60,7 +60,7 @@ class Prepared:
         self.local_copy = args.call.p == 1 and algorithm != registry.NATIVE and \
             memory_kind == buffers.HOST and not args.spec.vector and send_n in (0, recv_n)
         if algorithm == registry.NATIVE:
-            self.start_native = _native_starter(args, ctx.comm)
+            self.start_native = _native_starter(args, ctx.comm, nonblocking)
             if memory_kind == buffers.HOST:
                 self.compiled = _native_call(args, ctx, self.label)
         else:
@@ -118,6 +118,12 @@ class Prepared:
         binding = self.plan.binding(ctx.comm, send, recv, (*addresses, self.args.op), window)
         return Operation(binding, self.reduce, on_done, memory + (send, recv), ctx,
                          self.tag(slot)).start()
+
+    def init_native(self, send: Any, recv: Any) -> MPI.Prequest:
+        """The MPI library's own persistent collective (MPI-4's ``MPI_<Collective>_init``,
+        collective like the call itself) on host ``send`` (None when there is none) and
+        ``recv``; NotImplementedError where the library has none."""
+        return _native_starter(self.args, self.ctx.comm, persistent)(send, recv)
 
     def tag(self, slot: int | None = None) -> int:
         """The first tag of a run in tag ``slot`` (None: the blocking calls')."""
@@ -230,12 +236,14 @@ def staged_regions(spec: Collective, call: Call) -> tuple[tuple[tuple[int, int],
     return reads, tuple((offset, count) for offset, count in blocks if count > 0)
 
 
-def _native_starter(args: CallArgs, comm: MPI.Comm) -> Callable[[Any, Any], MPI.Request]:
-    """``start(send, recv)`` for the MPI library's own non-blocking collective (send None
-    when there is none), with the datatype, op and counts resolved once."""
+def _native_starter(args: CallArgs, comm: MPI.Comm, form: Callable[[str], str]
+                    ) -> Callable[[Any, Any], MPI.Request]:
+    """``start(send, recv)`` for the MPI library's own collective in ``form`` (mpi4py's
+    method name from the blocking one: :func:`nonblocking`, :func:`persistent`) on ``send``
+    (None when there is none) and ``recv``, with the datatype, op and counts resolved once."""
     op = buffers.native_op(args.op, args.dtype) if args.op else None
     name, arguments = args.spec.native_args(args.call, buffers.mpi_datatype(args.dtype), op)
-    method = getattr(comm, nonblocking(name))
+    method = getattr(comm, form(name))
     return lambda send, recv: method(*arguments(send, recv))
 
 

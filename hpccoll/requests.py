@@ -8,12 +8,16 @@ one-rank call's copy)."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 from mpi4py import MPI
 
 from . import settings
+from .collectives import persistent
 from .runtime import abandoned
+from .runtime.agreement import gather_rows
 from .runtime.operation import Operation
 from .runtime.progress import Guard, deadline_from, wait_requests
 from .runtime.libmpi import DONE, MISMATCH, PENDING
@@ -60,9 +64,11 @@ class PersistentRequest(Request):
     Once a run has been on the compiled executor (:mod:`hpccoll.runtime.scheduled`, from the
     second start), ``start()`` and ``wait()`` call its function directly; anything but a
     clean completion goes to an :class:`~hpccoll.runtime.operation.Operation` (deadline,
-    notices, failure) as on the first run.  The library's own collective, where the compiled
-    native executor runs the call, is posted and polled there (:class:`NativeStarted`, on a
-    state of its own)."""
+    notices, failure) as on the first run.  The library's own collective is the library's
+    persistent collective where it has one (MPI-4's ``MPI_<Collective>_init``, made here,
+    started by ``MPI_Start``: :class:`NativePersistent`), else posted and polled by the
+    compiled native executor where that runs the call (:class:`NativeStarted`, on a state
+    of its own)."""
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
@@ -77,8 +83,10 @@ class PersistentRequest(Request):
         if prepared.local_copy and sendbuf is not None:
             self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
         self._arrays = (sendbuf, sendbuf[:0] if prepared.ignores_recv else recvbuf)
-        if prepared.compiled is not None and not prepared.moves_nothing:
-            self._started = NativeStarted(prepared.compiled.twin())
+        if prepared.plan is None and not prepared.moves_nothing:
+            self._started = NativePersistent.of(prepared, sendbuf, recvbuf)
+            if self._started is None and prepared.compiled is not None:
+                self._started = NativeStarted(prepared.compiled.twin())
 
     @property
     def active(self) -> bool:
@@ -124,7 +132,84 @@ class PersistentRequest(Request):
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
+            if isinstance(self._started, NativePersistent):
+                self._started.free()
             self._started = self._copy = None
+
+
+class NativePersistent:
+    """The MPI library's own persistent collective (MPI-4), made once for a persistent
+    request's buffers (:meth:`of`): :meth:`post` starts it (``MPI_Start``) and returns a
+    :class:`NativeOperation` on it, so that its test, wait, deadline and failures are those
+    of every native call.  A persistent collective matches only the same persistent
+    collective on the other ranks, so the ranks agree, when the request is made, to use it
+    (every rank's buffers on the host); the MPI request is freed by :meth:`free`, or when
+    this is collected, unless a failed run left it to :mod:`~.runtime.abandoned`."""
+
+    __slots__ = ("held", "label", "memory", "guard", "__weakref__")
+
+    def __init__(self, request: MPI.Prequest, label: str, memory: tuple, guard: Guard):
+        self.held = _Held(request)
+        self.label, self.memory, self.guard = label, memory, guard
+        weakref.finalize(self, self.held.free)
+
+    @staticmethod
+    def of(prepared: "Prepared", send: Any, recv: Any) -> "NativePersistent | None":
+        """The library's persistent collective for ``prepared`` (the native algorithm) on
+        ``send`` (None when there is none) and ``recv``, if every rank's buffers are host
+        memory and the library has it; None if not.  Collective over the communicator (one
+        agreement under the deadline), as making the persistent request is."""
+        ctx, spec = prepared.ctx, prepared.args.spec
+        if not hasattr(ctx.comm, persistent(spec.native_method(prepared.args.call))):
+            return None
+        everyone = gather_rows(ctx.comm, np.array([not prepared.on_device], np.int8),
+                               f"{prepared.label}: agreeing on a persistent request", ctx)
+        if not everyone.all():
+            return None
+        try:
+            request = prepared.init_native(send, recv)
+        except NotImplementedError:         # (the library has no MPI-4 persistent collectives)
+            return None
+        except MPI.Exception as error:
+            raise ctx.fail(error) from None
+        return NativePersistent(request, prepared.label, (send, recv), ctx)
+
+    def post(self, send: Any, recv: Any) -> Any:
+        """Start the collective (on its own buffers, which ``send``/``recv`` are): its
+        operation; None (nothing sent) if the last start is still in flight."""
+        held = self.held
+        if held.operation is not None and not held.operation.done:
+            return None
+        try:
+            held.request.Start()
+        except MPI.Exception as error:
+            raise self.guard.fail(error) from None
+        held.operation = NativeOperation(self.label, held.request, _nothing, self.memory,
+                                         self.guard)
+        return held.operation
+
+    def free(self) -> None:
+        self.held.free()
+
+
+class _Held:
+    """A persistent MPI request and its last run: freed once, and only when inactive (a run
+    that failed left it in flight, held by :mod:`~.runtime.abandoned`)."""
+
+    __slots__ = ("request", "operation")
+
+    def __init__(self, request: MPI.Prequest):
+        self.request, self.operation = request, None
+
+    def free(self) -> None:
+        request, self.request = self.request, None
+        if request is not None and (self.operation is None or self.operation.done) and \
+                not MPI.Is_finalized():
+            request.Free()
+
+
+def _nothing() -> None:
+    pass
 
 
 class NativeOperation:

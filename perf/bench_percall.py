@@ -7,8 +7,10 @@ whole round ``--repeat`` times, and each cell is the median.  ``native`` is
 ``comm.Allreduce`` etc. through mpi4py, ``native-nonblocking`` its non-blocking form
 (``comm.Iallreduce(...).Wait()``: what hpccoll's native executor posts, so that a deadline
 can be kept); ``auto``, ``hpccoll-native`` and the scheduled algorithms go through hpccoll's
-API, ``<algorithm>/persistent`` through ``<collective>_init`` (``start()`` then
-``wait()`` per call); ``vs native`` = native time / time (above 1: faster than mpi4py).
+API, ``<algorithm>/persistent`` (``hpccoll-native/persistent`` too) through
+``<collective>_init`` (``start()`` then ``wait()`` per call), ``native-persistent`` is
+mpi4py's own persistent collective (MPI-4: ``comm.Allreduce_init``, ``Start()`` then
+``Wait()``); ``vs native`` = native time / time (above 1: faster than mpi4py).
 Sizes in the OSU convention (allreduce, bcast and reduce: the vector; allgather and
 alltoall(v): one rank's block; reduce_scatter: the whole vector), float32 sums; bcast and
 reduce to rank 0, whose non-root ranks pass hpccoll no receive buffer.
@@ -31,7 +33,7 @@ from mpi4py import MPI
 
 import hpccoll
 from hpccoll import registry
-from hpccoll.collectives import nonblocking, uniform_call
+from hpccoll.collectives import nonblocking, persistent as persistent_form, uniform_call
 from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
@@ -103,6 +105,9 @@ def variants(comm: MPI.Intracomm, collective: str, nbytes: int, algorithms: tupl
     init = getattr(hpccoll, function + "_init")
     out = {"native": lambda: native(*native_arguments),
            "native-nonblocking": lambda: start_native(*native_arguments).Wait()}
+    if persistent:          # mpi4py's persistent collective (MPI-4), started and waited for
+        own = getattr(comm, persistent_form(method))(*native_arguments)
+        out["native-persistent"] = lambda: (own.Start(), own.Wait())
     call = uniform_call(collective, comm.size, comm.rank, 1)
     applies = {a.name for a in registry.algorithms(collective) if a.violated(call) is None}
     for name in ("auto", "native", *algorithms):
@@ -110,10 +115,10 @@ def variants(comm: MPI.Intracomm, collective: str, nbytes: int, algorithms: tupl
             continue
         label = "hpccoll-native" if name == "native" else name
         out[label] = lambda name=name: blocking(comm, *arguments, algorithm=name, **keywords)
-        if persistent and name in algorithms:
+        if persistent and name != "auto":
             request = init(comm, *arguments, algorithm=name, **keywords)
-            out[f"{name}/persistent"] = lambda request=request: (request.start(),
-                                                                 request.wait())
+            out[f"{label}/persistent"] = lambda request=request: (request.start(),
+                                                                  request.wait())
     return out
 
 
@@ -187,20 +192,29 @@ def main() -> None:
 def print_summary(cells: list[tuple[str, int, dict[str, float]]]) -> None:
     """The cells as one Markdown table: mpi4py's time, then each variant as mpi4py's time /
     its time -- ``auto``, ``hpccoll-native``, the fastest scheduled algorithm blocking (its
-    name) and the fastest persistent one."""
+    name), the fastest scheduled persistent one, mpi4py's own persistent collective (MPI-4)
+    and hpccoll-native's persistent one."""
     print("\n| collective | bytes | mpi4py us | nonblocking | auto | hpccoll-native "
-          "| best scheduled | best persistent |\n|---|---:|---:|---:|---:|---:|---|---:|")
+          "| best scheduled | best persistent | mpi4py persistent | hpccoll-native persistent |"
+          "\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for collective, nbytes, medians in cells:
         native = medians["native"]
         scheduled = {n: t for n, t in medians.items() if "/" not in n and n not in
                      ("native", "native-nonblocking", "auto", "hpccoll-native")}
-        persistent = [t for n, t in medians.items() if n.endswith("/persistent")]
+        persistent = [t for n, t in medians.items() if n.endswith("/persistent")
+                      and not n.startswith("hpccoll-native")]
         best = min(scheduled, key=scheduled.get) if scheduled else None
         print(f"| {collective} | {nbytes} | {native * 1e6:.2f} "
               f"| {native / medians['native-nonblocking']:.2f}x "
               f"| {native / medians['auto']:.2f}x | {native / medians['hpccoll-native']:.2f}x "
               f"| {f'{native / scheduled[best]:.2f}x {best}' if best else ''} "
-              f"| {f'{native / min(persistent):.2f}x' if persistent else ''} |")
+              f"| {f'{native / min(persistent):.2f}x' if persistent else ''} "
+              f"| {ratio(native, medians.get('native-persistent'))} "
+              f"| {ratio(native, medians.get('hpccoll-native/persistent'))} |")
+
+
+def ratio(reference: float, time: float | None) -> str:
+    return "" if time is None else f"{reference / time:.2f}x"
 
 
 if __name__ == "__main__":

@@ -638,11 +638,16 @@ def test_compiled_scheduled_executor_on_every_algorithm(mpi_ranks, comm):
 @pytest.mark.mpi(ranks=[2, 3], timeout=600)
 def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     """Persistent collectives of every scheduled algorithm, started ten times each (from the
-    second start on the compiled executor), and of native (the library's call posted and
-    polled by the compiled native executor from the first start), completed by wait() and by
-    polling test(), with uneven counts where the collective takes them: each run's result
-    equal to NumPy's, and start() while active raising as on MPI's persistent requests."""
+    second start on the compiled executor), and of native (the library's own persistent
+    collective, MPI-4's ``MPI_<Collective>_init``, started by ``MPI_Start``), completed by
+    wait() and by polling test(), with uneven counts where the collective takes them: each
+    run's result equal to NumPy's, and start() while active raising as on MPI's persistent
+    requests; the library's persistent request freed by free(), or when a request left
+    unfreed is collected."""
+    import gc
+
     import hpccoll
+    from hpccoll.requests import NativePersistent
     from hpccoll.runtime import libmpi
     from mpi4py import MPI
     p, r = comm.size, comm.rank
@@ -688,9 +693,25 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
                     else:
                         want = reduced(collective, xs, r, "sum", counts)
                     assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
+                if algorithm == "native":
+                    started = request._started
+                    assert isinstance(started, NativePersistent), collective
+                    assert request._operation.request is started.held.request
+                    request.free()
+                    assert started.held.request is None
+                    continue
                 fast = request._operation is request._started   # posted on the compiled one
                 assert libmpi.available() <= fast, (collective, algorithm)
                 request.free()
+    send, recv = np.ones(10), np.zeros(10)
+    request = hpccoll.allreduce_init(comm, send, recv, algorithm="native")
+    held = request._started.held
+    request.start()
+    request.wait()
+    assert np.array_equal(recv, np.full(10, p)) and held.request is not None
+    del request
+    gc.collect()
+    assert held.request is None
     comm.Barrier()
     assert MPI.Is_initialized()
 
@@ -791,10 +812,12 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
                                                                 monkeypatch):
     """Where the compiled executors cannot run -- an MPI library they do not know (simulated
     by hiding the library's functions) or float16 -- repeated blocking calls and persistent
-    requests run on the Python executor with the same results, and what ``hpccoll explain``
-    prints says which executor runs."""
+    requests run on the Python executor (native's persistent requests on the library's own
+    persistent collective) with the same results, and what ``hpccoll explain`` prints says
+    which executor runs."""
     import hpccoll
     from hpccoll import api
+    from hpccoll.requests import NativePersistent
     from hpccoll.runtime import libmpi, scheduled
     p, r = comm.size, comm.rank
     seed = iter(range(10_000))
@@ -816,7 +839,10 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
             assert np.array_equal(recv, expected(collective, xs, r, "sum")), \
                 (collective, algorithm, dtype, run, "persistent")
         last = api._last_calls[collective]
-        assert last.runner is None and last.compiled is None and request._started is None
+        assert last.runner is None and last.compiled is None
+        # (native's persistent request is the library's own, MPI-4, not compiled code)
+        assert isinstance(request._started, NativePersistent) if algorithm == "native" \
+            else request._started is None
         request.free()
 
     for collective, algorithm in (("allreduce", "ring"), ("alltoall", "bruck")):
