@@ -176,17 +176,22 @@ class NativePersistent:
 
     def post(self, send: Any, recv: Any) -> Any:
         """Start the collective (on its own buffers, which ``send``/``recv`` are): its
-        operation; None (nothing sent) if the last start is still in flight."""
+        operation (one, made at the first start and armed again at each); None (nothing
+        sent) if the last start is still in flight."""
         held = self.held
-        if held.operation is not None and not held.operation.done:
+        operation = held.operation
+        if operation is not None and not operation.done:
             return None
         try:
             held.request.Start()
         except MPI.Exception as error:
             raise self.guard.fail(error) from None
-        held.operation = NativeOperation(self.label, held.request, _nothing, self.memory,
-                                         self.guard)
-        return held.operation
+        if operation is None:
+            operation = held.operation = NativeOperation(self.label, held.request, _nothing,
+                                                         self.memory, self.guard)
+        else:
+            operation.rearm(self.memory)
+        return operation
 
     def free(self) -> None:
         self.held.free()
@@ -221,8 +226,12 @@ class NativeOperation:
     def __init__(self, label: str, request: MPI.Request, on_done: Callable[[], None],
                  memory: tuple, guard: Guard):
         self.label, self.request, self.on_done = label, request, on_done
-        self.memory, self.guard = memory, guard
-        self.done = False
+        self.guard = guard
+        self.rearm(memory)
+
+    def rearm(self, memory: tuple) -> None:
+        """In flight again (a persistent request started again), its deadline from now."""
+        self.memory, self.done = memory, False
         self.deadline = deadline_from(time.monotonic())
 
     def test(self) -> bool:

@@ -39,6 +39,7 @@ from hpccoll.tools.results import parse_size
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "alltoallv", "reduce_scatter", "bcast",
                "reduce")
+OWN_PERSISTENT: list[MPI.Prequest] = []    # mpi4py's persistent requests, freed at the end
 SCHEDULED = {"allreduce": ("ring", "recursive_doubling", "direct"),
              "allgather": ("ring", "recursive_doubling", "direct"),
              "alltoall": ("bruck", "hypercube", "pairwise", "direct"),
@@ -107,6 +108,7 @@ def variants(comm: MPI.Intracomm, collective: str, nbytes: int, algorithms: tupl
            "native-nonblocking": lambda: start_native(*native_arguments).Wait()}
     if persistent:          # mpi4py's persistent collective (MPI-4), started and waited for
         own = getattr(comm, persistent_form(method))(*native_arguments)
+        OWN_PERSISTENT.append(own)
         out["native-persistent"] = lambda: (own.Start(), own.Wait())
     call = uniform_call(collective, comm.size, comm.rank, 1)
     applies = {a.name for a in registry.algorithms(collective) if a.violated(call) is None}
@@ -185,6 +187,8 @@ def main() -> None:
                 if comm.rank == 0:
                     print(f"{collective:<15} {nbytes:>8} {calls[name]:>7} {name:<30} "
                           f"{t * 1e6:9.2f} {medians['native'] / t:8.2f}x", flush=True)
+    for request in OWN_PERSISTENT:
+        request.Free()
     if comm.rank == 0:
         print_summary(summary)
 
@@ -200,7 +204,8 @@ def print_summary(cells: list[tuple[str, int, dict[str, float]]]) -> None:
     for collective, nbytes, medians in cells:
         native = medians["native"]
         scheduled = {n: t for n, t in medians.items() if "/" not in n and n not in
-                     ("native", "native-nonblocking", "auto", "hpccoll-native")}
+                     ("native", "native-nonblocking", "native-persistent", "auto",
+                      "hpccoll-native")}
         persistent = [t for n, t in medians.items() if n.endswith("/persistent")
                       and not n.startswith("hpccoll-native")]
         best = min(scheduled, key=scheduled.get) if scheduled else None
