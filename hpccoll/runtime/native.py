@@ -189,7 +189,8 @@ def executor(collective: str, dtype: np.dtype) -> str:
                 f"MPI library: {MPI.get_vendor()[0]})")
     return (f"compiled: {libmpi.FUNCTIONS[kind]} of {MPI.get_vendor()[0]} "
             "called from Numba code (blocking calls on NumPy arrays, a predefined op; other "
-            "calls through mpi4py)")
+            "calls through mpi4py; persistent requests on host memory: the library's "
+            f"persistent {spec(collective).mpi_name}_init, started by MPI_Start)")
 
 
 @lru_cache(maxsize=1)
