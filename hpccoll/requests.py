@@ -175,13 +175,12 @@ class NativePersistent:
         return NativePersistent(request, prepared.label, (send, recv), ctx)
 
     def post(self, send: Any, recv: Any) -> Any:
-        """Start the collective (on its own buffers, which ``send``/``recv`` are): its
-        operation (one, made at the first start and armed again at each); None (nothing
-        sent) if the last start is still in flight."""
+        """Start the collective (on its own buffers, which ``send``/``recv`` are; the
+        persistent request starts it only when inactive): its operation, made at the first
+        start and armed again at each.  Never None: a fall-back to another form of the
+        collective would not match the other ranks' persistent one."""
         held = self.held
         operation = held.operation
-        if operation is not None and not operation.done:
-            return None
         try:
             held.request.Start()
         except MPI.Exception as error:
