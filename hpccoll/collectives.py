@@ -491,12 +491,6 @@ def nonblocking(method: str) -> str:
     return "I" + method[0].lower() + method[1:]
 
 
-def persistent(method: str) -> str:
-    """mpi4py's name of the persistent form (MPI-4) of a blocking collective (Bcast ->
-    Bcast_init)."""
-    return method + "_init"
-
-
 def uniform_call(collective: str, p: int, rank: int, count: int, **fields: Any) -> Call:
     """The :class:`Call` of ``collective`` with ``count`` elements per block."""
     return spec(collective).uniform_call(p, rank, count, **fields)

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from . import registry, settings
 from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf, resolve,
                         signature, validate)
-from .collectives import Collective, nonblocking, persistent
+from .collectives import Collective, nonblocking
 from .context import Context, context, existing_context
 from .requests import COMPLETED, NativeOperation
 from .runtime import buffers, device, kernels, native
@@ -122,8 +122,12 @@ class Prepared:
     def init_native(self, send: Any, recv: Any) -> MPI.Prequest:
         """The MPI library's own persistent collective (MPI-4's ``MPI_<Collective>_init``,
         collective like the call itself) on host ``send`` (None when there is none) and
-        ``recv``; NotImplementedError where the library has none."""
-        return _native_starter(self.args, self.ctx.comm, persistent)(send, recv)
+        ``recv``; NotImplementedError where the library (or mpi4py) has none."""
+        try:
+            start = _native_starter(self.args, self.ctx.comm, lambda name: name + "_init")
+        except AttributeError:      # (an mpi4py without MPI-4's persistent collectives)
+            raise NotImplementedError("no persistent collective in this mpi4py") from None
+        return start(send, recv)
 
     def tag(self, slot: int | None = None) -> int:
         """The first tag of a run in tag ``slot`` (None: the blocking calls')."""
@@ -239,7 +243,7 @@ def staged_regions(spec: Collective, call: Call) -> tuple[tuple[tuple[int, int],
 def _native_starter(args: CallArgs, comm: MPI.Comm, form: Callable[[str], str]
                     ) -> Callable[[Any, Any], MPI.Request]:
     """``start(send, recv)`` for the MPI library's own collective in ``form`` (mpi4py's
-    method name from the blocking one: :func:`nonblocking`, :func:`persistent`) on ``send``
+    method name from the blocking one: :func:`nonblocking`, or ``_init`` added) on ``send``
     (None when there is none) and ``recv``, with the datatype, op and counts resolved once."""
     op = buffers.native_op(args.op, args.dtype) if args.op else None
     name, arguments = args.spec.native_args(args.call, buffers.mpi_datatype(args.dtype), op)

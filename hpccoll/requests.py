@@ -15,7 +15,6 @@ import numpy as np
 from mpi4py import MPI
 
 from . import settings
-from .collectives import persistent
 from .runtime import abandoned
 from .runtime.agreement import gather_rows
 from .runtime.operation import Operation
@@ -159,9 +158,8 @@ class NativePersistent:
         ``send`` (None when there is none) and ``recv``, if every rank's buffers are host
         memory and the library has it; None if not.  Collective over the communicator (one
         agreement under the deadline), as making the persistent request is."""
-        ctx, spec = prepared.ctx, prepared.args.spec
-        if not hasattr(ctx.comm, persistent(spec.native_method(prepared.args.call))):
-            return None
+        ctx = prepared.ctx
+        ctx.check()                 # (revoked: raises before the agreement's message)
         everyone = gather_rows(ctx.comm, np.array([not prepared.on_device], np.int8),
                                f"{prepared.label}: agreeing on a persistent request", ctx)
         if not everyone.all():

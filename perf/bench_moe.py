@@ -49,7 +49,7 @@ from mpi4py import MPI  # noqa: E402
 import hpccoll  # noqa: E402
 from hpccoll import registry  # noqa: E402
 from hpccoll.collectives import uniform_call  # noqa: E402
-from hpccoll.patterns import combine, default_owner, dispatch, moe  # noqa: E402
+from hpccoll.patterns import combine, default_owner, dispatch, moe, moe_kernels  # noqa: E402
 
 
 def naive_dispatch(x, ids, w, comm, owner):
@@ -118,10 +118,10 @@ def local_kernels(x, ids, w, owner, handle) -> Callable[[], None]:
     weights = w.astype(x.dtype)
 
     def run():
-        moe.pack(x, ids, bucket, None)
-        grouped = moe.regroup(received, handle.recv_rows, True)
-        moe.regroup(grouped, handle.recv_rows, False, gap=1)
-        moe._kernels()["weighted_sum"](out, back, handle.positions, weights)
+        moe_kernels.pack(x, ids, bucket, None)
+        grouped = moe_kernels.regroup(received, handle.recv_rows, True)
+        moe_kernels.regroup(grouped, handle.recv_rows, False, gap=1)
+        moe_kernels.kernels()["weighted_sum"](out, back, handle.positions, weights)
     return run
 
 
@@ -231,7 +231,7 @@ def bench(comm, tokens, hidden, experts, k, iters, warmup, names, extras=True):
             seconds = timed(comm, run)
             if i >= warmup:
                 local_times[label].append(seconds)
-    send = moe.pack(x, ids, moe._bucket_order(owner), None)[0]
+    send = moe_kernels.pack(x, ids, moe._bucket_order(owner), None)[0]
     exchanges = payload_exchanges(comm, send, handle, names, iters, warmup)
     return (times, {label: float(np.median(t)) for label, t in local_times.items()},
             exchanges)

@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 import hpccoll
 from hpccoll import registry
-from hpccoll.collectives import nonblocking, persistent as persistent_form, uniform_call
+from hpccoll.collectives import nonblocking, uniform_call
 from hpccoll.tools.bench import library_version
 from hpccoll.tools.results import parse_size
 
@@ -107,7 +107,7 @@ def variants(comm: MPI.Intracomm, collective: str, nbytes: int, algorithms: tupl
     out = {"native": lambda: native(*native_arguments),
            "native-nonblocking": lambda: start_native(*native_arguments).Wait()}
     if persistent:          # mpi4py's persistent collective (MPI-4), started and waited for
-        own = getattr(comm, persistent_form(method))(*native_arguments)
+        own = getattr(comm, method + "_init")(*native_arguments)
         OWN_PERSISTENT.append(own)
         out["native-persistent"] = lambda: (own.Start(), own.Wait())
     call = uniform_call(collective, comm.size, comm.rank, 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpccoll.patterns import moe
+from hpccoll.patterns import moe, moe_kernels
 
 
 def test_default_owner_splits_experts_contiguously():
@@ -35,7 +35,7 @@ def test_pack_is_a_stable_counting_sort_with_capacity(k, capacity):
     bucket = moe._bucket_order(owner)
     # buckets follow owner, then expert id
     np.testing.assert_array_equal(np.argsort(bucket), np.lexsort((np.arange(6), owner)))
-    send, kept, positions = moe.pack(x, ids, bucket, capacity)
+    send, kept, positions = moe_kernels.pack(x, ids, bucket, capacity)
     # reference: slots in priority order (k index, then token), stable-sorted by bucket
     slot_token = np.tile(np.arange(tokens), k)
     slot_expert = ids.T.reshape(-1)
@@ -61,18 +61,18 @@ def test_regroup_round_trip():
     # label each row (source, expert) in source-major order, then sort expert-major
     labels = [(s, e) for s in range(3) for e in range(5) for _ in range(block_rows[s, e])]
     want = rows[sorted(range(len(labels)), key=lambda i: (labels[i][1], labels[i][0]))]
-    grouped = moe.regroup(rows, block_rows, to_experts=True)
+    grouped = moe_kernels.regroup(rows, block_rows, to_experts=True)
     np.testing.assert_array_equal(grouped, want)
-    np.testing.assert_array_equal(moe.regroup(grouped, block_rows, to_experts=False), rows)
+    np.testing.assert_array_equal(moe_kernels.regroup(grouped, block_rows, to_experts=False), rows)
     # two free rows ahead of each source's blocks
-    spaced = moe.regroup(grouped, block_rows, to_experts=False, gap=2)
+    spaced = moe_kernels.regroup(grouped, block_rows, to_experts=False, gap=2)
     starts = np.cumsum(block_rows.sum(axis=1) + 2) - block_rows.sum(axis=1)
     data_rows = np.concatenate([np.arange(a, a + n) for a, n in
                                 zip(starts, block_rows.sum(axis=1))])
     assert spaced.shape == (rows.shape[0] + 6, 2)
     np.testing.assert_array_equal(spaced[data_rows], rows)
     one_source = rows[:block_rows[0].sum()]       # one source: the orders agree, no copy
-    assert moe.regroup(one_source, block_rows[:1], True) is one_source
+    assert moe_kernels.regroup(one_source, block_rows[:1], True) is one_source
 
 
 @pytest.mark.parametrize("change, error, pattern", [
