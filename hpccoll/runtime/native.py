@@ -197,77 +197,81 @@ def executor(collective: str, dtype: np.dtype) -> str:
 def _compiled() -> Any:
     """``start(send, recv, state, handles, polls)`` and ``test(state, handles, polls)``
     compiled (Numba imported on first use): post the call and poll it ``polls`` times, or
-    poll the posted call; return :data:`DONE`, :data:`PENDING`, ... (see the module doc)."""
+    poll the posted call; return :data:`DONE`, :data:`PENDING`, ... (see the module doc).
+    Both are module functions, ``_test`` compiled in place so that ``_start`` calls it as a
+    global: Numba keys a closure's disk cache on its cells' pickles, and a cell holding a
+    compiled function pickles differently in every process, so a ``start`` closing over
+    ``test`` missed the cache and compiled anew in every process (2.5 s a dtype)."""
+    global _test
     from numba import njit
     libmpi.register()
+    _test = njit(cache=True)(_test)
+    return njit(cache=True)(_start), _test
 
-    @njit(cache=True)
-    def test(state, handles, polls):
-        base = np.int64(state.ctypes.data)
-        request, flag, status = base + 8 * REQUEST, base + 8 * FLAG, base + 8 * STATUS
-        function = state[FUNCTION:]
-        source, tag = np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG])
-        for _ in range(polls):
-            state[FLAG] = 0
-            error = c_int(function[libmpi.TEST], (request, flag, status))
-            if error:
-                state[ERROR] = error
-                return FAILED
-            if state[FLAG]:
-                state[FLAG] = 0
-                c_int(function[libmpi.IPROBE], (source, tag, handles[NOTICES], flag,
-                                                      status))
-                return NOTICE if state[FLAG] else DONE
-        return PENDING
 
-    @njit(cache=True)
-    def start(send, recv, state, handles, polls):
-        recv_n, itemsize = recv.size, recv.itemsize
-        send_at, recv_at = np.int64(send.ctypes.data), np.int64(recv.ctypes.data)
-        if state[RECV_N] < 0:           # not used: no address, no overlap
-            recv_n, recv_at = 0, np.int64(0)
-        elif not plain(recv, True) or recv_n != state[RECV_N]:
-            return MISMATCH
-        if state[IN_PLACE] != 0:
-            send_at = state[IN_PLACE]
-        elif not plain(send, False) or send.size != state[SEND_N] or \
-                send.size and recv_n and send_at < recv_at + recv_n * itemsize and \
-                recv_at < send_at + send.size * itemsize:
-            return MISMATCH
-        request = np.int64(state.ctypes.data) + 8 * REQUEST
-        function = state[FUNCTION:]
-        state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
-        kind, count = state[KIND], np.int32(state[COUNT])
-        datatype, op, comm = handles[DATATYPE], handles[OP], handles[COMM]
-        root = np.int32(state[ROOT])
-        row = state[ROW]
-        recv_counts, recv_displs = state[VECTORS] + RECV_COUNTS * row, \
-            state[VECTORS] + RECV_DISPLS * row
-        if kind == libmpi.IALLREDUCE:
-            error = c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
-                                            request))
-        elif kind == libmpi.IREDUCE_SCATTER:
-            error = c_int(function[kind], (send_at, recv_at, recv_counts, datatype, op,
-                                            comm, request))
-        elif kind == libmpi.IALLGATHERV:
-            error = c_int(function[kind], (send_at, count, datatype, recv_at, recv_counts,
-                                            recv_displs, datatype, comm, request))
-        elif kind == libmpi.IALLTOALLV:
-            error = c_int(function[kind], (send_at, state[VECTORS] + SEND_COUNTS * row,
-                                            state[VECTORS] + SEND_DISPLS * row, datatype,
-                                            recv_at, recv_counts, recv_displs, datatype, comm,
-                                            request))
-        elif kind == libmpi.IBCAST:
-            error = c_int(function[kind], (recv_at, count, datatype, root, comm, request))
-        elif kind == libmpi.IREDUCE:
-            error = c_int(function[kind], (send_at, recv_at, count, datatype, op, root, comm,
-                                            request))
-        else:
-            error = c_int(function[kind], (send_at, count, datatype, recv_at, count,
-                                            datatype, comm, request))
+def _test(state, handles, polls):
+    base = np.int64(state.ctypes.data)
+    request, flag, status = base + 8 * REQUEST, base + 8 * FLAG, base + 8 * STATUS
+    function = state[FUNCTION:]
+    source, tag = np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG])
+    for _ in range(polls):
+        state[FLAG] = 0
+        error = c_int(function[libmpi.TEST], (request, flag, status))
         if error:
             state[ERROR] = error
-            return START_FAILED
-        return test(state, handles, polls)
+            return FAILED
+        if state[FLAG]:
+            state[FLAG] = 0
+            c_int(function[libmpi.IPROBE], (source, tag, handles[NOTICES], flag, status))
+            return NOTICE if state[FLAG] else DONE
+    return PENDING
 
-    return start, test
+
+def _start(send, recv, state, handles, polls):
+    recv_n, itemsize = recv.size, recv.itemsize
+    send_at, recv_at = np.int64(send.ctypes.data), np.int64(recv.ctypes.data)
+    if state[RECV_N] < 0:           # not used: no address, no overlap
+        recv_n, recv_at = 0, np.int64(0)
+    elif not plain(recv, True) or recv_n != state[RECV_N]:
+        return MISMATCH
+    if state[IN_PLACE] != 0:
+        send_at = state[IN_PLACE]
+    elif not plain(send, False) or send.size != state[SEND_N] or \
+            send.size and recv_n and send_at < recv_at + recv_n * itemsize and \
+            recv_at < send_at + send.size * itemsize:
+        return MISMATCH
+    request = np.int64(state.ctypes.data) + 8 * REQUEST
+    function = state[FUNCTION:]
+    state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
+    kind, count = state[KIND], np.int32(state[COUNT])
+    datatype, op, comm = handles[DATATYPE], handles[OP], handles[COMM]
+    root = np.int32(state[ROOT])
+    row = state[ROW]
+    recv_counts, recv_displs = state[VECTORS] + RECV_COUNTS * row, \
+        state[VECTORS] + RECV_DISPLS * row
+    if kind == libmpi.IALLREDUCE:
+        error = c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
+                                        request))
+    elif kind == libmpi.IREDUCE_SCATTER:
+        error = c_int(function[kind], (send_at, recv_at, recv_counts, datatype, op,
+                                        comm, request))
+    elif kind == libmpi.IALLGATHERV:
+        error = c_int(function[kind], (send_at, count, datatype, recv_at, recv_counts,
+                                        recv_displs, datatype, comm, request))
+    elif kind == libmpi.IALLTOALLV:
+        error = c_int(function[kind], (send_at, state[VECTORS] + SEND_COUNTS * row,
+                                        state[VECTORS] + SEND_DISPLS * row, datatype,
+                                        recv_at, recv_counts, recv_displs, datatype, comm,
+                                        request))
+    elif kind == libmpi.IBCAST:
+        error = c_int(function[kind], (recv_at, count, datatype, root, comm, request))
+    elif kind == libmpi.IREDUCE:
+        error = c_int(function[kind], (send_at, recv_at, count, datatype, op, root, comm,
+                                        request))
+    else:
+        error = c_int(function[kind], (send_at, count, datatype, recv_at, count,
+                                        datatype, comm, request))
+    if error:
+        state[ERROR] = error
+        return START_FAILED
+    return _test(state, handles, polls)
