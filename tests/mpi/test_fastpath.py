@@ -858,3 +858,35 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
         assert "does not know" in scheduled.executor("ring", np.dtype("float32"))
     finally:
         unknown.Free()
+
+
+COMPILATIONS = """
+import gc
+import numpy as np
+from mpi4py import MPI
+import hpccoll
+from numba.core.registry import CPUDispatcher
+x = np.arange(1000.0)
+for algorithm in ("native", "recursive_doubling"):
+    hpccoll.allreduce(MPI.COMM_WORLD, x, np.empty_like(x), algorithm=algorithm)
+if MPI.COMM_WORLD.rank == 0:
+    print(sum(sum(d.stats.cache_misses.values()) for d in gc.get_objects()
+              if isinstance(d, CPUDispatcher)))
+"""
+
+
+def test_a_new_process_loads_the_compiled_executors_from_numbas_cache(tmp_path):
+    """The compiled executors' code is compiled once and then read from Numba's disk cache by
+    every process (a native start that closed over another compiled function once missed it
+    and compiled anew in every process: 2.5 s a dtype).  Two launches on a fresh cache: the
+    first compiles, the second compiles nothing."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    compilations = [subprocess.run(
+        [shutil.which("mpiexec"), "-n", "2", sys.executable, "-c", COMPILATIONS],
+        capture_output=True, text=True, timeout=300, env=env, check=True).stdout.split()[-1]
+        for _ in range(2)]
+    assert int(compilations[0]) > 0 and int(compilations[1]) == 0, compilations
