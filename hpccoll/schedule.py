@@ -314,6 +314,12 @@ def _nonempty(ops: Iterable[LocalOp]) -> tuple[LocalOp, ...]:
     return tuple(op for op in ops if op.dst.count)
 
 
+def _any_count(regions: tuple[Region, ...]) -> bool:
+    """Whether any of ``regions`` has elements (one region, most messages, without a loop:
+    planning at thousands of ranks makes millions of messages)."""
+    return bool(regions[0].count) if len(regions) == 1 else any(r.count for r in regions)
+
+
 class StepBuilder:
     """A step under construction: transfers and local operations added in posting order,
     empty messages and operations on nothing left out; :meth:`build` gives the :class:`Step`."""
@@ -325,13 +331,13 @@ class StepBuilder:
 
     def send(self, peer: int, *regions: Region) -> None:
         """One message of ``regions`` (concatenated) to ``peer``."""
-        if any(r.count for r in regions):
+        if _any_count(regions):
             self.sends.append(Send(peer, regions))
 
     def recv(self, peer: int, *regions: Region, on_arrival: Iterable[LocalOp] = ()) -> None:
         """One message from ``peer`` into ``regions``; ``on_arrival`` runs when it has landed."""
-        if any(r.count for r in regions):
-            self.recvs.append(Recv(peer, regions, _nonempty(on_arrival)))
+        if _any_count(regions):
+            self.recvs.append(Recv(peer, regions, _nonempty(on_arrival) if on_arrival else ()))
 
     def exchange(self, peer: int, out: Region, into: Region, *on_arrival: LocalOp) -> None:
         """Send ``out`` to ``peer`` and receive ``into`` from it."""

@@ -31,8 +31,8 @@ def flows() -> list[tuple[int, int, int]]:
 
 def loads(platform) -> dict[str, float]:
     sg, simulation = engine.load(), engine.engine()
-    hosts, ends = network.build(sg, simulation, platform, 1e12)
-    driver = drive.Tasks(sg, simulation, hosts, ends)
+    hosts = network.build(sg, simulation, platform, 1e12)
+    driver = drive.Tasks(sg, simulation, hosts, network.transfer_ends(platform))
     seen: dict[str, float] = {}
 
     class Start:

@@ -21,11 +21,11 @@ def main(argv: list[str]) -> None:
     spec, collective, algorithm, nbytes = argv[:4]
     platform = build(spec)
     began = time.perf_counter()
-    (programs,) = plan(platform, [(collective, algorithm, int(nbytes), 4)])
-    planning = time.perf_counter() - began
     pause = Pause(0, 1.0) if argv[4:] == ["actor"] else None
+    jobs = plan(platform, [(collective, algorithm, int(nbytes), 4)], keep=pause is not None)
+    planning = time.perf_counter() - began
     gc.freeze()                     # as the forked child of a simulation does
-    replayed = _simulate(platform, [programs], [4], pause)
+    replayed = _simulate(platform, jobs, pause)
     print(f"{spec} {collective} {algorithm} {nbytes} B: {platform.ranks} ranks, simulated "
           f"{replayed.times[0] * 1e6:.2f} us, {replayed.transfers} transfers, planning "
           f"{planning:.2f} s, replay {replayed.wall:.2f} s ({replayed.rate:,.0f} transfers/s)")

@@ -4,7 +4,8 @@
 
 :func:`flatten` turns every rank's program into flat arrays (each step's flags and local work,
 its messages to / from one peer summed into one flow, each send with the two hosts its transfer
-runs between); :func:`run` replays them in the current SimGrid engine.  The Python controller
+runs between) as the ranks are planned, so that a job's programs need not be held at once;
+:func:`run` replays them in the current SimGrid engine.  The Python controller
 (:class:`~hpccoll.sim.replay.Ranks` with :class:`~hpccoll.sim.drive.Actor`) stays for
 ``--pause``, and tests/unit/test_sim.py checks both give the same times.
 """
@@ -12,7 +13,7 @@ runs between); :func:`run` replays them in the current SimGrid engine.  The Pyth
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import Any, Iterable
 
 from ..schedule import Copy, Program, Reduce
 from . import engine
@@ -32,49 +33,73 @@ def local_seconds(ops: Any, itemsize: int, platform: Platform) -> float:
     return seconds
 
 
-def flatten(progs: list[Program], platform: Platform, itemsize: int,
+def flatten(progs: Iterable[Program], platform: Platform, itemsize: int,
             host_of: Any) -> dict[str, array]:
-    """The job's arrays (see the module doc); ``host_of(src, dst)``: the indices of the two
-    hosts a transfer from ``src`` to ``dst`` runs between."""
+    """The job's arrays (see the module doc) from every rank's program in rank order;
+    ``host_of(src, dst)``: the indices of the two hosts a transfer from ``src`` to ``dst`` runs
+    between (:func:`hpccoll.sim.network.transfer_ends`; None: the ranks' own).  A step of one
+    send and one receive, most steps of most schedules, takes the short way."""
     a = {name: array(code) for name, code in (
         ("rank_steps", "q"), ("flags", "b"), ("local", "d"), ("send_at", "q"),
         ("send_peer", "i"), ("send_count", "q"), ("send_from", "i"), ("send_to", "i"),
         ("recv_at", "q"), ("recv_peer", "i"), ("recv_count", "q"), ("recv_work", "d"))}
-    rank_steps, flags, local = a["rank_steps"], a["flags"], a["local"]
-    send_at, send_peer, send_count = a["send_at"], a["send_peer"], a["send_count"]
-    send_from, send_to = a["send_from"], a["send_to"]
-    recv_at, recv_peer, recv_count, recv_work = (a["recv_at"], a["recv_peer"], a["recv_count"],
-                                                 a["recv_work"])
-    rank_steps.append(0)
-    send_at.append(0)
-    recv_at.append(0)
+    rank_steps, flag, local = a["rank_steps"].append, a["flags"].append, a["local"].append
+    send_at, recv_at = a["send_at"].append, a["recv_at"].append
+    send_peer, send_count = a["send_peer"].append, a["send_count"].append
+    send_from, send_to = a["send_from"].append, a["send_to"].append
+    recv_peer, recv_count, recv_work = (a["recv_peer"].append, a["recv_count"].append,
+                                        a["recv_work"].append)
+    sends_made, recvs_made = a["send_peer"], a["recv_peer"]
+
+    def add_send(rank: int, peer: int, count: int) -> None:
+        send_peer(peer)
+        send_count(count)
+        source, destination = (rank, peer) if host_of is None else host_of(rank, peer)
+        send_from(source)
+        send_to(destination)
+
+    def count_of(regions: tuple) -> int:
+        return regions[0].count if len(regions) == 1 else sum(r.count for r in regions)
+
+    def arrival(recv: Any) -> float:
+        return local_seconds(recv.on_arrival, itemsize, platform) if recv.on_arrival else 0.0
+
+    rank_steps(0)
+    send_at(0)
+    recv_at(0)
     for rank, prog in enumerate(progs):
         for step in prog.steps:
-            flags.append((SYNC if step.sync else 0) | (EMPTY if step.empty else 0)
-                         | (POSTS if step.sends or step.recvs else 0))
-            local.append(local_seconds(step.local, itemsize, platform) if step.local else 0.0)
-            sends: dict[int, int] = {}
-            for send in step.sends:
-                sends[send.peer] = sends.get(send.peer, 0) + send.count
-            for peer, count in sends.items():
-                source, destination = host_of(rank, peer)
-                send_peer.append(peer)
-                send_count.append(count)
-                send_from.append(source)
-                send_to.append(destination)
-            recvs: dict[int, list] = {}
-            for recv in step.recvs:
-                entry = recvs.setdefault(recv.peer, [0, 0.0])
-                entry[0] += recv.count
-                if recv.on_arrival:
-                    entry[1] += local_seconds(recv.on_arrival, itemsize, platform)
-            for peer, (count, work) in recvs.items():
-                recv_peer.append(peer)
-                recv_count.append(count)
-                recv_work.append(work)
-            send_at.append(len(send_peer))
-            recv_at.append(len(recv_peer))
-        rank_steps.append(len(flags))
+            sends, recvs = step.sends, step.recvs
+            flag((SYNC if step.sync else 0) | (POSTS if sends or recvs else 0)
+                 | (EMPTY if not (sends or recvs or step.local or step.sync) else 0))
+            local(local_seconds(step.local, itemsize, platform) if step.local else 0.0)
+            if len(sends) == 1:
+                send = sends[0]
+                add_send(rank, send.peer, count_of(send.regions))
+            elif sends:
+                summed: dict[int, int] = {}
+                for send in sends:
+                    summed[send.peer] = summed.get(send.peer, 0) + send.count
+                for peer, count in summed.items():
+                    add_send(rank, peer, count)
+            if len(recvs) == 1:
+                recv = recvs[0]
+                recv_peer(recv.peer)
+                recv_count(count_of(recv.regions))
+                recv_work(arrival(recv))
+            elif recvs:
+                entries: dict[int, list] = {}
+                for recv in recvs:
+                    entry = entries.setdefault(recv.peer, [0, 0.0])
+                    entry[0] += recv.count
+                    entry[1] += arrival(recv)
+                for peer, (count, work) in entries.items():
+                    recv_peer(peer)
+                    recv_count(count)
+                    recv_work(work)
+            send_at(len(sends_made))
+            recv_at(len(recvs_made))
+        rank_steps(len(a["flags"]))
     return a
 
 
@@ -91,37 +116,14 @@ def barriers(platform: Platform) -> dict[str, array]:
             "barrier_seconds": array("d", seconds)}
 
 
-class Hosts:
-    """The hosts of a platform built in SimGrid, by index: each rank's own first, then any
-    other host a transfer runs between (``ends``: :func:`hpccoll.sim.network.build`)."""
-
-    def __init__(self, hosts: list, ends: Any) -> None:
-        self.names = [h.name for h in hosts]
-        self.rank_names = list(self.names)
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.ends = ends
-
-    def of(self, src: int, dst: int) -> tuple[int, int]:
-        if self.ends is None:
-            return src, dst
-        return tuple(self._index(h.name) for h in self.ends(src, dst))  # type: ignore[return-value]
-
-    def _index(self, name: str) -> int:
-        found = self.index.get(name)
-        if found is None:
-            found = self.index[name] = len(self.names)
-            self.names.append(name)
-        return found
-
-
-def run(platform: Platform, progs: list[Program], itemsize: int, hosts: Hosts,
+def run(platform: Platform, job: dict[str, array], hosts: list, itemsize: int,
         speed: float) -> tuple[float, int]:
-    """Replay one planned job in the current engine: (its simulated seconds, transfers)."""
-    job = flatten(progs, platform, itemsize, hosts.of)
-    job.update(barriers(platform))
+    """Replay one flattened job in the current engine on ``hosts`` (those
+    :func:`hpccoll.sim.network.build` made): (its simulated seconds, transfers)."""
+    names = [h.name for h in hosts]
     seconds, transfers, steps = engine.controller().replay(
-        job, hosts.names, hosts.rank_names, platform.machine.step_overhead, float(speed),
-        itemsize)
+        {**job, **barriers(platform)}, names, names[:platform.ranks],
+        platform.machine.step_overhead, float(speed), itemsize)
     if seconds < 0:
         raise RuntimeError(f"replay deadlock: ranks wait for messages never sent (steps {steps})")
     return seconds, transfers

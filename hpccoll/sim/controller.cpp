@@ -1,9 +1,9 @@
 // The replay's controller compiled (hpccoll/sim/compiled.py builds its input, scripts/
 // install-sim.sh builds it into the module hpccoll_sim_controller): the same rules as
 // hpccoll.sim.replay.Ranks, run in SimGrid's own scheduler with no actor and no Python per
-// transfer.  Every computation and transfer is a SimGrid activity started from the completion
-// callback of the one before it, in the engine and on the hosts that the Python module built
-// (this library links the same libsimgrid.so).
+// transfer.  Every computation and transfer is a SimGrid activity (a step's posting overhead a
+// timer) started from the completion callback of the one before it, in the engine and on the
+// hosts that the Python module built (this library links the same libsimgrid.so).
 //
 // A job arrives as flat arrays, every rank's steps one after the other (rank r's steps are
 // rank_steps[r] .. rank_steps[r+1]-1): a step's flags, its local work in seconds, and its
@@ -12,6 +12,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Exec.hpp>
@@ -34,8 +35,6 @@ namespace {
 constexpr int8_t SYNC  = 1; // a barrier of the node's ranks
 constexpr int8_t EMPTY = 2; // nothing to do: skipped
 constexpr int8_t POSTS = 4; // has messages: the posting overhead comes first
-
-enum class Work { Posting, Local };
 
 struct Posted {        // one side of a flow that the other side has not posted yet
   int8_t side;         // 1 send, 2 receive
@@ -158,21 +157,28 @@ private:
     retired_.emplace_back(activity, false); // adopts the reference taken at the start
   }
 
-  void compute(int64_t rank, double seconds, Work kind)
+  // The posting overhead of a step: nothing else runs on the rank's host then (a step begins
+  // once everything of the one before has ended, and every rank has a host of its own), so
+  // it is a timer, not a computation that the host's CPU would share.
+  void post(int64_t rank)
+  {
+    pending_[rank]++;
+    simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock() + overhead_, [this, rank] {
+      pending_[rank]--;
+      begin(rank);
+    });
+  }
+
+  void compute(int64_t rank, double seconds)
   {
     if (seconds <= 0)
       return;
     sg4::ExecPtr exec = sg4::Exec::init();
     exec->set_flops_amount(seconds * speed_);
     exec->set_host(rank_hosts_[rank]);
-    exec->on_this_completion_cb([this, rank, kind](sg4::Exec const& done) {
+    exec->on_this_completion_cb([this, rank](sg4::Exec const& done) {
       retire(const_cast<sg4::Exec*>(&done));
-      if (kind == Work::Posting) {
-        pending_[rank]--;
-        begin(rank);
-      } else {
-        finished(rank);
-      }
+      finished(rank);
     });
     exec->add_ref();
     exec->start();
@@ -187,7 +193,7 @@ private:
     comm->on_this_completion_cb([this, src, dst, arrival_work](sg4::Comm const& done) {
       retire(const_cast<sg4::Comm*>(&done));
       finished(src);
-      compute(dst, arrival_work, Work::Local); // the step goes on while there is arrival work
+      compute(dst, arrival_work); // the step goes on while there is arrival work
       finished(dst);
     });
     comm->add_ref();
@@ -215,7 +221,7 @@ private:
         break;
     }
     if ((flags_[g] & POSTS) && overhead_ > 0)
-      compute(rank, overhead_, Work::Posting); // then begin()
+      post(rank); // then begin()
     else
       begin(rank);
   }
@@ -229,7 +235,7 @@ private:
     for (int64_t i = recv_at_[g]; i < recv_at_[g + 1]; i++)
       meet(s, recv_peer_[i], rank, 2, recv_count_[i], recv_work_[i], -1, -1);
     pending_[rank] += (send_at_[g + 1] - send_at_[g]) + (recv_at_[g + 1] - recv_at_[g]);
-    compute(rank, local_[g], Work::Local);
+    compute(rank, local_[g]);
     if (pending_[rank] == 0)
       enter(rank);
   }
@@ -264,7 +270,7 @@ private:
     std::vector<int64_t> members = std::move(waiting);
     barriers_.erase(key);
     for (int64_t member : members) {
-      compute(member, barrier_seconds_[node], Work::Local);
+      compute(member, barrier_seconds_[node]);
       if (pending_[member] == 0)
         enter(member);
     }

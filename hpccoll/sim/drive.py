@@ -24,13 +24,21 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
+def host_ends(hosts: list, ends: Any) -> Any:
+    """``(src, dst) -> (host, host)``: the hosts a transfer between two ranks runs between,
+    from :func:`hpccoll.sim.network.transfer_ends` (None: the ranks' own)."""
+    if ends is None:
+        return lambda src, dst: (hosts[src], hosts[dst])
+    return lambda src, dst: tuple(hosts[i] for i in ends(src, dst))
+
+
 class Tasks:
     """SimGrid tasks fired from Python callbacks in SimGrid's scheduler (see the module
     doc)."""
 
     def __init__(self, sg: Any, simulation: Any, hosts: list, ends: Any = None) -> None:
         self.sg, self.simulation, self.hosts = sg, simulation, hosts
-        self.ends = ends or (lambda src, dst: (hosts[src], hosts[dst]))
+        self.ends = host_ends(hosts, ends)
         self.comms: list[tuple[Any, list]] = []         # idle (task, its token cell)
         self.execs: dict[tuple[int, float], list] = {}  # (rank, flops) -> idle ones
         self.cooling: list[tuple[list, tuple]] = []     # (pool, (task, cell)) to reuse
@@ -82,7 +90,7 @@ class Actor:
     def __init__(self, sg: Any, simulation: Any, hosts: list, pause: Any = None,
                  ends: Any = None) -> None:
         self.sg, self.simulation, self.hosts, self.pause = sg, simulation, hosts, pause
-        self.ends = ends or (lambda src, dst: (hosts[src], hosts[dst]))
+        self.ends = host_ends(hosts, ends)
         self.activities = sg.ActivitySet()
         self.owner: dict[Any, Any] = {}           # activity -> token
         self.senders: dict[Any, int] = {}         # transfer -> its source rank

@@ -10,8 +10,10 @@ second at thousands of ranks); the platform's links mirror theirs by name, so th
 platform retunes (slow ranks and links, a dragonfly's local and global speeds) are set on
 them after the zone is sealed.
 
-:func:`build` gives each rank's host (where its computation runs) and ``ends(src, dst)``, the
-two hosts a transfer between two ranks runs between (None: the ranks' own hosts).
+:func:`build` gives the hosts, each rank's own (where its computation runs) first, and
+:func:`transfer_ends` the indices of the two a transfer between two ranks runs between (None:
+the ranks' own), which needs no engine: jobs are flattened for the compiled controller before
+the platform is built (:mod:`hpccoll.sim.compiled`).
 """
 
 from __future__ import annotations
@@ -26,19 +28,37 @@ from .trees import FATTREE_ZONE
 Ends = Optional[Callable[[int, int], tuple]]
 
 
-def build(sg: Any, simulation: Any, platform: Platform, speed: float) -> tuple[list, Ends]:
-    """The platform in ``simulation``'s engine: its hosts (``speed`` flops/s) in rank order
-    and the ends of a transfer (see the module doc)."""
-    if platform.network.zone == "planes":
-        return _planes(sg, simulation, platform, speed)
-    return _BUILDERS[platform.network.zone](sg, simulation, platform, speed), None
+def build(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
+    """The platform in ``simulation``'s engine: its hosts (``speed`` flops/s), the ranks' own
+    in rank order first (see the module doc)."""
+    return _BUILDERS[platform.network.zone](sg, simulation, platform, speed)
 
 
-def _planes(sg: Any, simulation: Any, platform: Platform, speed: float) -> tuple[list, Ends]:
+def transfer_ends(platform: Platform) -> Ends:
+    """``ends(src, dst)``: the indices in :func:`build`'s hosts of the two a transfer from rank
+    ``src`` to rank ``dst`` runs between; None where those are the ranks' own.  A spine-leaf's
+    transfer across leaves runs between the ranks' hosts of the plane its pair's spine makes:
+    plane s's host of rank r is host p (s + 1) + r."""
+    if platform.network.zone != "planes":
+        return None
+    per_leaf, pick, _, _ = platform.network.params
+    elements, p = platform.network.elements, platform.ranks
+    leaf = [e // per_leaf for e in elements]
+
+    def ends(src: int, dst: int) -> tuple[int, int]:
+        if leaf[src] == leaf[dst]:
+            return src, dst
+        first = p * (1 + pick(elements[src], elements[dst]))
+        return first + src, first + dst
+    return ends
+
+
+def _planes(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
     """A spine-leaf as one star zone (:mod:`hpccoll.sim.trees`): each rank's local host (up
     and down its host link) and its host of each plane (up its host link and its leaf's
-    uplink to that spine, down from the spine and its host link)."""
-    per_leaf, pick, local, planes = platform.network.params
+    uplink to that spine, down from the spine and its host link), in :func:`transfer_ends`'s
+    order."""
+    _, _, local, planes = platform.network.params
     elements = platform.network.elements
     zone = simulation.netzone_root.add_netzone_star("machine")
     made = [zone.add_link(l.name, l.bandwidth).set_latency(l.latency).seal()
@@ -54,14 +74,7 @@ def _planes(sg: Any, simulation: Any, platform: Platform, speed: float) -> tuple
     via = [[host(f"rank{r}.spine{s}", plane[e][:2], plane[e][2:])
             for r, e in enumerate(elements)] for s, plane in enumerate(planes)]
     zone.seal()
-    leaf = [e // per_leaf for e in elements]
-
-    def ends(src: int, dst: int) -> tuple:
-        if leaf[src] == leaf[dst]:
-            return own[src], own[dst]
-        hosts = via[pick(elements[src], elements[dst])]
-        return hosts[src], hosts[dst]
-    return own, ends
+    return own + [h for plane in via for h in plane]
 
 
 def _routes(sg: Any, simulation: Any, platform: Platform, speed: float) -> list:
@@ -169,5 +182,5 @@ def _retune(simulation: Any, platform: Platform) -> None:
         link.set_latency(wanted.latency)
 
 
-_BUILDERS = {"routes": _routes, "nodes": _nodes, "torus": _zone, "dragonfly": _zone,
-             "fattree": _zone}
+_BUILDERS = {"routes": _routes, "nodes": _nodes, "planes": _planes, "torus": _zone,
+             "dragonfly": _zone, "fattree": _zone}

@@ -24,14 +24,16 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator, Optional
 
 from .. import registry
 from ..collectives import spec
+from ..costmodel import sample_ranks
 from ..schedule import Call, Program, Step
 from . import compiled, drive, engine, native, network
 from .compiled import local_seconds
 from .platform import Platform
+from .traffic import count_sent
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
 CLASSIC = {"allreduce": ("recursive_doubling", "rabenseifner", "ring"),
@@ -90,6 +92,12 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
     node, the topology-blind schedule) with the planner ``options`` ((name, value) pairs);
     ValueError if the algorithm cannot serve it.  ``native:mpich`` and ``native:openmpi``:
     the algorithm that library selects (:mod:`hpccoll.sim.native`)."""
+    return list(each_program(collective, algorithm, platform, nbytes, itemsize, flat, options))
+
+
+def each_program(collective: str, algorithm: str, platform: Platform, nbytes: int,
+                 itemsize: int, flat: bool = False, options: tuple = ()) -> Iterator[Program]:
+    """:func:`programs`, one rank at a time (the check made before the first)."""
     if algorithm == registry.NATIVE:
         raise ValueError("native is the MPI library's own collective and has no schedule to "
                          "replay: name native:mpich or native:openmpi (their default "
@@ -111,7 +119,44 @@ def programs(collective: str, algorithm: str, platform: Platform, nbytes: int,
         raise ValueError(f"algorithm {algorithm!r} cannot serve {collective} on "
                          f"{platform.ranks} ranks of {platform.spec}: it requires {reason}")
     planner = registry.get(collective, algorithm).planner
-    return [planner(call(rank)) for rank in range(platform.ranks)]
+    return (planner(call(rank)) for rank in range(platform.ranks))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One job planned: its flattened arrays (the compiled controller's input), the bytes each
+    ordered pair of ranks sends (:func:`hpccoll.sim.traffic.traffic`), the programs of the cost
+    model's sampled ranks, and every rank's program only where kept (the Python controller's
+    input, for ``--pause``): a job of millions of steps is never held as programs."""
+
+    itemsize: int
+    arrays: dict
+    sent: dict
+    sample: dict
+    programs: Optional[list]
+
+
+def planned(platform: Platform, job: tuple[str, str, int, int], flat: bool = False,
+            options: tuple = (), keep: bool = False) -> Planned:
+    """``job`` (collective, algorithm, nbytes, itemsize) planned rank by rank
+    (:func:`each_program`), every rank's program counted and flattened as it is made."""
+    collective, algorithm, nbytes, itemsize = job
+    sampled = set(sample_ranks(platform.ranks))
+    sent: dict = {}
+    sample: dict = {}
+    kept: Optional[list] = [] if keep else None
+
+    def counted() -> Iterator[Program]:
+        for rank, program in enumerate(each_program(collective, algorithm, platform, nbytes,
+                                                    itemsize, flat, options)):
+            count_sent(sent, rank, program, itemsize)
+            if rank in sampled:
+                sample[rank] = program
+            if kept is not None:
+                kept.append(program)
+            yield program
+    arrays = compiled.flatten(counted(), platform, itemsize, network.transfer_ends(platform))
+    return Planned(itemsize, arrays, sent, sample, kept)
 
 
 class Ranks:
@@ -267,51 +312,51 @@ def simulate(platform: Platform, jobs: list[tuple[str, str, int, int]],
     """Simulated seconds of each job (collective, algorithm, nbytes, itemsize) on
     ``platform`` (schedules planned ``flat`` or not, with the planner ``options``:
     :func:`programs`), one after the other in one engine, in a child process."""
-    return replay(platform, plan(platform, jobs, flat, options), [i for *_, i in jobs], pause)
+    return replay(platform, plan(platform, jobs, flat, options, pause is not None), pause)
 
 
 def plan(platform: Platform, jobs: list[tuple[str, str, int, int]], flat: bool = False,
-         options: tuple = ()) -> list[list[Program]]:
-    """:func:`programs` of each job (collective, algorithm, nbytes, itemsize), with Python's
-    cyclic garbage collector paused: planning makes millions of objects and no cycles, and the
+         options: tuple = (), keep: bool = False) -> list[Planned]:
+    """Each job (collective, algorithm, nbytes, itemsize) :func:`planned` (``keep``: with
+    every rank's program, as a replay with a :class:`Pause` needs), with Python's cyclic
+    garbage collector paused: planning makes millions of objects and no cycles, and the
     collector's passes over them were most of the planning time at 1,024 ranks (30 of 41 s
     for a ring allgather)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return [programs(c, a, platform, n, i, flat, options) for c, a, n, i in jobs]
+        return [planned(platform, job, flat, options, keep) for job in jobs]
     finally:
         if enabled:
             gc.enable()
 
 
-def replay(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
-           pause: Pause | None = None) -> Replayed:
-    """Simulated seconds of each planned job (every rank's program, the size of an element),
-    one after the other in one engine, in a child process."""
+def replay(platform: Platform, plans: list[Planned], pause: Pause | None = None) -> Replayed:
+    """Simulated seconds of each planned job, one after the other in one engine, in a child
+    process (with a ``pause``, the jobs must have been planned with ``keep``)."""
     if pause is not None:
         pause.check(platform)
-    return engine.in_child(_simulate, platform, plans, itemsizes, pause)
+        if any(job.programs is None for job in plans):
+            raise ValueError("a replay with a pause needs every rank's program: plan(keep=True)")
+    return engine.in_child(_simulate, platform, plans, pause)
 
 
-def _simulate(platform: Platform, plans: list[list[Program]], itemsizes: list[int],
-              pause: Pause | None) -> Replayed:
+def _simulate(platform: Platform, plans: list[Planned], pause: Pause | None) -> Replayed:
     began = time.perf_counter()
     sg = engine.load()
     simulation = engine.engine()
-    hosts, ends = network.build(sg, simulation, platform, SPEED)
+    hosts = network.build(sg, simulation, platform, SPEED)
     times: list[float] = []
     transfers = 0
     if pause is None:             # the compiled controller
-        named = compiled.Hosts(hosts, ends)
-        for progs, itemsize in zip(plans, itemsizes):
-            seconds, moved = compiled.run(platform, progs, itemsize, named, SPEED)
+        for job in plans:
+            seconds, moved = compiled.run(platform, job.arrays, hosts, job.itemsize, SPEED)
             times.append(seconds)
             transfers += moved
         return Replayed(times, transfers, time.perf_counter() - began)
-    driver = drive.Actor(sg, simulation, hosts, pause, ends)
-    for progs, itemsize in zip(plans, itemsizes):
-        ranks = Ranks(driver, simulation, platform, progs, itemsize)
+    driver = drive.Actor(sg, simulation, hosts, pause, network.transfer_ends(platform))
+    for job in plans:
+        ranks = Ranks(driver, simulation, platform, job.programs, job.itemsize)
         driver.run(ranks)
         times.append(ranks.seconds())
         transfers += ranks.transfers

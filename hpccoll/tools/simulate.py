@@ -123,11 +123,11 @@ def algorithms_for(collective: str, given: str, target: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def model(target: Any, planned: list[Any], itemsize: int) -> float:
-    """The cost model's time of the schedules the simulator replays, on the same machine."""
-    from ..costmodel import program_time, sample_ranks
-    return program_time({r: planned[r] for r in sample_ranks(target.ranks)}, itemsize,
-                        target.machine, target.topology.regions[0])
+def model(target: Any, job: Any) -> float:
+    """The cost model's time of the schedules the simulator replays (a
+    :class:`~hpccoll.sim.replay.Planned` job's sampled ranks), on the same machine."""
+    from ..costmodel import program_time
+    return program_time(job.sample, job.itemsize, target.machine, target.topology.regions[0])
 
 
 def simulated_results(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
@@ -143,8 +143,9 @@ def simulated_results(collective: str, names: list[str], target: Any, sizes: lis
 def measured(collective: str, names: list[str], target: Any, sizes: list[int], dtype: str,
              pause: Any = None, flat: bool = False, options: tuple = ()
              ) -> tuple[list[Any], dict[str, float], list[Any]]:
-    """:func:`simulated_results`'s results, the simulator's speed (planning seconds, simulation
-    seconds: building the platform and running every job, transfers simulated and their
+    """:func:`simulated_results`'s results, the simulator's speed (planning seconds: the
+    planners, each rank's program flattened and its bytes counted as it is made; simulation
+    seconds: building the platform and running every job; transfers simulated and their
     rate per second of simulation) and each result's traffic by level
     (:func:`hpccoll.sim.traffic.traffic`)."""
     import numpy as np
@@ -158,11 +159,11 @@ def measured(collective: str, names: list[str], target: Any, sizes: list[int], d
     jobs = [(size, name) for size in sizes for name in names]
     began = time.perf_counter()
     plans = plan(target, [(collective, name, size, itemsize) for size, name in jobs], flat,
-                 options)
+                 options, keep=pause is not None)
     planning = time.perf_counter() - began
-    predicted = [model(target, planned, itemsize) for planned in plans]
-    loads = [traffic(target, planned, itemsize) for planned in plans]
-    replayed = replay(target, plans, [itemsize] * len(plans), pause)
+    predicted = [model(target, job) for job in plans]
+    loads = [traffic(target, job.sent) for job in plans]
+    replayed = replay(target, plans, pause)
     c, p, results = spec(collective), target.ranks, []
     firsts: dict[int, float] = {}
     for (size, name), t, m in zip(jobs, replayed.times, predicted):

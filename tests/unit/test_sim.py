@@ -262,17 +262,22 @@ def test_compiled_controller_gives_the_python_controllers_times_on_every_fabric(
                                                                                  spec_text):
     """The compiled controller against the Python one (its actor, pausing no node) on the
     fabrics whose transfers run between other hosts than the ranks' own (spine-leaf planes)
-    or over SimGrid's own zones: the same simulated times, and the same transfer count."""
+    or over SimGrid's own zones: the same simulated times, and the same transfer count.  The
+    compiled controller's posting overhead is a timer, the Python one's a computation, which
+    SimGrid may end together with another event up to its timing precision (1 ns) away: the
+    times agree to that precision a step."""
     from hpccoll.sim.replay import Pause, replay, plan
     p = build(spec_text)
     jobs = [("allreduce", name, 1 << 18, 4) for name in ("ring", "recursive_doubling",
                                                           "rabenseifner")]
     jobs.append(("alltoall", "bruck", 1 << 12, 4))
-    plans = plan(p, jobs)
-    fast = replay(p, plans, [4] * len(plans))
-    python = replay(p, plans, [4] * len(plans), Pause(0, 1.0))
+    plans = plan(p, jobs, keep=True)
+    fast = replay(p, plans)
+    python = replay(p, plans, Pause(0, 1.0))
     assert fast.transfers == python.transfers > 0
-    assert fast.times == pytest.approx(python.times, rel=1e-9)
+    for compiled, reference, job in zip(fast.times, python.times, plans):
+        steps = max(len(prog.steps) for prog in job.programs)
+        assert compiled == pytest.approx(reference, rel=1e-9, abs=1e-9 * steps)
     assert all(t > 0 for t in fast.times)
 
 

@@ -181,9 +181,9 @@ def test_traffic_by_level_of_an_alltoall_on_a_fat_tree_by_hand():
     leaves its edge, 2 core links if it leaves its pod; the busiest link is a host link
     carrying its rank's 15 blocks."""
     from hpccoll.sim.replay import programs
-    from hpccoll.sim.traffic import levels, traffic
+    from hpccoll.sim.traffic import levels, pair_bytes, traffic
     p, b = build("fattree:k=4"), 1 << 16
-    load = traffic(p, programs("alltoall", "pairwise", p, b, 4), 4)
+    load = traffic(p, pair_bytes(programs("alltoall", "pairwise", p, b, 4), 4))
     assert levels(p) == ["host", "pod", "core"]
     assert load.total == 16 * 15 * b
     assert load.reach == {"host": 16 * b, "pod": 16 * 2 * b, "core": 16 * 12 * b}
@@ -202,7 +202,7 @@ def test_traffic_reach_adds_up_to_the_bytes_sent(spec, collective, algorithm):
     from hpccoll.sim.traffic import pair_bytes, traffic
     p = build(spec)
     progs = programs(collective, algorithm, p, 1 << 12, 4)
-    load = traffic(p, progs, 4)
+    load = traffic(p, pair_bytes(progs, 4))
     assert sum(load.reach.values()) == load.total == sum(pair_bytes(progs, 4).values()) > 0
     hops = sum(n * len(p.route(a, b)) for (a, b), n in pair_bytes(progs, 4).items())
     assert sum(load.link_bytes.values()) == hops
@@ -244,11 +244,11 @@ def simulated(collective, names, platform, size, **options):
 
 def _routes_in_simgrid(platform):
     """Every ordered pair's route as SimGrid's zone computes it: link names."""
-    from hpccoll.sim import network
+    from hpccoll.sim import drive, network
     sg = engine.load()
     simulation = engine.engine()
-    hosts, ends = network.build(sg, simulation, platform, 1e12)
-    ends = ends or (lambda a, b: (hosts[a], hosts[b]))
+    hosts = network.build(sg, simulation, platform, 1e12)
+    ends = drive.host_ends(hosts, network.transfer_ends(platform))
     routes = {}
     for a in range(platform.ranks):
         for b in range(platform.ranks):
