@@ -103,6 +103,23 @@ def flatten(progs: Iterable[Program], platform: Platform, itemsize: int,
     return a
 
 
+def pair_bytes(job: dict[str, array], ranks: int, itemsize: int) -> dict[tuple[int, int], int]:
+    """Bytes each ordered pair of ranks sends in a flattened job, summed over every step (what
+    :func:`hpccoll.sim.traffic.pair_bytes` counts from the programs), counted in NumPy."""
+    import numpy as np
+    step_rank = np.repeat(np.arange(ranks, dtype=np.int64),
+                          np.diff(np.frombuffer(job["rank_steps"], np.int64)))
+    src = np.repeat(step_rank, np.diff(np.frombuffer(job["send_at"], np.int64)))
+    pair = src * ranks + np.frombuffer(job["send_peer"], np.int32)
+    order = np.argsort(pair, kind="stable")
+    pair = pair[order]
+    if pair.size == 0:
+        return {}
+    first = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+    total = np.add.reduceat(np.frombuffer(job["send_count"], np.int64)[order], first) * itemsize
+    return {(int(k) // ranks, int(k) % ranks): int(n) for k, n in zip(pair[first], total)}
+
+
 def barriers(platform: Platform) -> dict[str, array]:
     """Each rank's node, each node's ranks and the seconds of a barrier of them."""
     node = platform.topology.regions[0]

@@ -33,7 +33,6 @@ from ..schedule import Call, Program, Step
 from . import compiled, drive, engine, native, network
 from .compiled import local_seconds
 from .platform import Platform
-from .traffic import count_sent
 
 # the classic algorithms MPICH and Open MPI choose among for each collective, as registered
 CLASSIC = {"allreduce": ("recursive_doubling", "rabenseifner", "ring"),
@@ -139,23 +138,22 @@ class Planned:
 def planned(platform: Platform, job: tuple[str, str, int, int], flat: bool = False,
             options: tuple = (), keep: bool = False) -> Planned:
     """``job`` (collective, algorithm, nbytes, itemsize) planned rank by rank
-    (:func:`each_program`), every rank's program counted and flattened as it is made."""
+    (:func:`each_program`), every rank's program flattened as it is made."""
     collective, algorithm, nbytes, itemsize = job
     sampled = set(sample_ranks(platform.ranks))
-    sent: dict = {}
     sample: dict = {}
     kept: Optional[list] = [] if keep else None
 
-    def counted() -> Iterator[Program]:
+    def noted() -> Iterator[Program]:
         for rank, program in enumerate(each_program(collective, algorithm, platform, nbytes,
                                                     itemsize, flat, options)):
-            count_sent(sent, rank, program, itemsize)
             if rank in sampled:
                 sample[rank] = program
             if kept is not None:
                 kept.append(program)
             yield program
-    arrays = compiled.flatten(counted(), platform, itemsize, network.transfer_ends(platform))
+    arrays = compiled.flatten(noted(), platform, itemsize, network.transfer_ends(platform))
+    sent = compiled.pair_bytes(arrays, platform.ranks, itemsize)
     return Planned(itemsize, arrays, sent, sample, kept)
 
 

@@ -42,27 +42,21 @@ def levels(platform: Platform) -> list[str]:
     return list(dict.fromkeys(link.level for link in platform.links))
 
 
-def count_sent(sent: dict[tuple[int, int], int], rank: int, program: Program,
-               itemsize: int) -> None:
-    """Add the bytes rank ``rank``'s ``program`` sends to each peer to ``sent`` (by ordered
-    pair): ranks are counted as they are planned, not all held at once."""
-    for step in program.steps:
-        for send in step.sends:
-            key = (rank, send.peer)
-            sent[key] = sent.get(key, 0) + send.count * itemsize
-
-
 def pair_bytes(programs: list[Program], itemsize: int) -> dict[tuple[int, int], int]:
-    """Bytes each ordered pair of ranks sends, summed over every step."""
+    """Bytes each ordered pair of ranks sends, summed over every step (a replay counts them
+    from its flattened job: :func:`hpccoll.sim.compiled.pair_bytes`)."""
     sent: dict[tuple[int, int], int] = {}
     for rank, program in enumerate(programs):
-        count_sent(sent, rank, program, itemsize)
+        for step in program.steps:
+            for send in step.sends:
+                key = (rank, send.peer)
+                sent[key] = sent.get(key, 0) + send.count * itemsize
     return sent
 
 
 def traffic(platform: Platform, sent: dict[tuple[int, int], int]) -> Traffic:
     """The :class:`Traffic` on ``platform`` of the bytes ``sent`` between ordered pairs of
-    ranks (:func:`count_sent`, :func:`pair_bytes`)."""
+    ranks (:func:`pair_bytes`)."""
     order = levels(platform)
     rank_of = {name: i for i, name in enumerate(order)}
     level = [rank_of[link.level] for link in platform.links]

@@ -208,6 +208,20 @@ def test_traffic_reach_adds_up_to_the_bytes_sent(spec, collective, algorithm):
     assert sum(load.link_bytes.values()) == hops
 
 
+@pytest.mark.parametrize("collective, algorithm", [
+    ("alltoall", "bruck"), ("allreduce", "rabenseifner"), ("reduce_scatter", "ring"),
+    ("bcast", "binomial"), ("alltoall", "direct")])
+def test_a_planned_jobs_pair_bytes_are_its_programs(collective, algorithm):
+    """A replay counts the bytes between ranks from its flattened job (where a step's messages
+    to one peer are one flow), not from programs it no longer holds: the same counts as
+    the programs give, on 6 ranks (Bruck's relayed blocks included)."""
+    from hpccoll.sim.replay import planned
+    from hpccoll.sim.traffic import pair_bytes
+    p = build("cluster:nodes=2,ppn=3")
+    job = planned(p, (collective, algorithm, 6 << 12, 4), options=(), keep=True)
+    assert job.sent == pair_bytes(job.programs, 4) and job.sent
+
+
 # ------------------------------------------------------------------------------ cost model
 
 def test_full_mesh_step_streams_a_peers_segments_one_after_the_other():
