@@ -85,6 +85,12 @@ class Reduce:
 LocalOp = Union[Copy, Reduce]
 
 
+def _total(regions: tuple[Region, ...]) -> int:
+    """The elements of ``regions`` (one region, most messages, without a loop: planning and
+    flattening at thousands of ranks handle millions of messages)."""
+    return regions[0].count if len(regions) == 1 else sum(r.count for r in regions)
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
     peer: int
@@ -92,7 +98,7 @@ class Send:
 
     @property
     def count(self) -> int:
-        return sum(r.count for r in self.regions)
+        return _total(self.regions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +109,7 @@ class Recv:
 
     @property
     def count(self) -> int:
-        return sum(r.count for r in self.regions)
+        return _total(self.regions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,10 +320,6 @@ def _nonempty(ops: Iterable[LocalOp]) -> tuple[LocalOp, ...]:
     return tuple(op for op in ops if op.dst.count)
 
 
-def _any_count(regions: tuple[Region, ...]) -> bool:
-    """Whether any of ``regions`` has elements (one region, most messages, without a loop:
-    planning at thousands of ranks makes millions of messages)."""
-    return bool(regions[0].count) if len(regions) == 1 else any(r.count for r in regions)
 
 
 class StepBuilder:
@@ -331,12 +333,12 @@ class StepBuilder:
 
     def send(self, peer: int, *regions: Region) -> None:
         """One message of ``regions`` (concatenated) to ``peer``."""
-        if _any_count(regions):
+        if _total(regions):
             self.sends.append(Send(peer, regions))
 
     def recv(self, peer: int, *regions: Region, on_arrival: Iterable[LocalOp] = ()) -> None:
         """One message from ``peer`` into ``regions``; ``on_arrival`` runs when it has landed."""
-        if _any_count(regions):
+        if _total(regions):
             self.recvs.append(Recv(peer, regions, _nonempty(on_arrival) if on_arrival else ()))
 
     def exchange(self, peer: int, out: Region, into: Region, *on_arrival: LocalOp) -> None:

@@ -58,9 +58,6 @@ def flatten(progs: Iterable[Program], platform: Platform, itemsize: int,
         send_from(source)
         send_to(destination)
 
-    def count_of(regions: tuple) -> int:
-        return regions[0].count if len(regions) == 1 else sum(r.count for r in regions)
-
     def arrival(recv: Any) -> float:
         return local_seconds(recv.on_arrival, itemsize, platform) if recv.on_arrival else 0.0
 
@@ -71,11 +68,11 @@ def flatten(progs: Iterable[Program], platform: Platform, itemsize: int,
         for step in prog.steps:
             sends, recvs = step.sends, step.recvs
             flag((SYNC if step.sync else 0) | (POSTS if sends or recvs else 0)
-                 | (EMPTY if not (sends or recvs or step.local or step.sync) else 0))
+                 | (EMPTY if step.empty else 0))
             local(local_seconds(step.local, itemsize, platform) if step.local else 0.0)
             if len(sends) == 1:
                 send = sends[0]
-                add_send(rank, send.peer, count_of(send.regions))
+                add_send(rank, send.peer, send.count)
             elif sends:
                 summed: dict[int, int] = {}
                 for send in sends:
@@ -85,7 +82,7 @@ def flatten(progs: Iterable[Program], platform: Platform, itemsize: int,
             if len(recvs) == 1:
                 recv = recvs[0]
                 recv_peer(recv.peer)
-                recv_count(count_of(recv.regions))
+                recv_count(recv.count)
                 recv_work(arrival(recv))
             elif recvs:
                 entries: dict[int, list] = {}
