@@ -33,15 +33,15 @@ def _array_view(buf: Any, array: Any, checks: str) -> Callable[[Any], Any] | Non
     does not view a read-only buffer where MPI writes).  A flat view of a multi-dimensional
     array always checks the layout (reshaping another one would copy it).  None where no
     such view can be made: ``buf`` is no NumPy array, or ``array`` not a view of its memory
-    (a copy)."""
+    (a copy; an empty ``array`` has no element to place, so any empty view will do)."""
     if type(buf) is not _NDARRAY or type(array) is not _NDARRAY:
         return None
     dtype, shape, elements = buf.dtype, buf.shape, array.dtype
     c_order = bool(buf.flags.c_contiguous)
     whole = array is buf
-    start = 0 if whole else array.ctypes.data - buf.ctypes.data
-    if not whole and (not array.size or start < 0 or start % elements.itemsize or
-                      start + array.nbytes > buf.nbytes):
+    # (an empty view is alike wherever it is: no element to place)
+    start = 0 if whole or not array.size else array.ctypes.data - buf.ctypes.data
+    if start < 0 or start % elements.itemsize or start + array.nbytes > buf.nbytes:
         return None
     low = start // elements.itemsize
     high = low + array.size
@@ -49,6 +49,7 @@ def _array_view(buf: Any, array: Any, checks: str) -> Callable[[Any], Any] | Non
     layout, writable = bool(checks) or reshape, checks == "writable"
     order = "C" if c_order else "F"
     usable = buf.nbytes - buf.nbytes % elements.itemsize       # whole elements' bytes
+    empty = None if array.size else np.empty(0, elements)      # (given for every empty view)
 
     def view(value: Any) -> Any:
         if type(value) is not _NDARRAY or value.dtype is not dtype or value.shape != shape:
@@ -60,6 +61,8 @@ def _array_view(buf: Any, array: Any, checks: str) -> Callable[[Any], Any] | Non
                 return MISS
         if whole:
             return value
+        if empty is not None:
+            return empty
         if reshape:
             value = value.reshape(-1, order=order)
         if elements is not dtype:
@@ -196,21 +199,34 @@ def _likeness(value: Any) -> Any:
 class NativeReading:
     """A call that went to MPI's own collective (for ``reason``), by the likeness of its
     arguments: :meth:`arrays` gives NATIVE for a call alike in everything reading looks at
-    (so reading it would send it there again), None otherwise."""
+    (so reading it would send it there again), None otherwise.  A plain value (an op, a
+    datatype, a number, ...) is its own likeness: the very object again is alike at once."""
 
-    __slots__ = ("likeness", "reason")
+    __slots__ = ("likeness", "plain", "reason")
 
-    def __init__(self, likeness: tuple, reason: Exception):
+    def __init__(self, values: tuple, likeness: tuple, reason: Exception):
         self.likeness, self.reason = likeness, reason
+        self.plain = tuple(like is value for like, value in zip(likeness, values))
 
     @staticmethod
     def of(values: tuple, reason: Exception) -> NativeReading | None:
         likeness = tuple(map(_likeness, values))
         return None if any(item is MISS for item in likeness) else \
-            NativeReading(likeness, reason)
+            NativeReading(values, likeness, reason)
 
     def arrays(self, values: tuple) -> Any:
+        if len(values) != len(self.likeness):
+            return None
         try:
-            return NATIVE if tuple(map(_likeness, values)) == self.likeness else None
+            for value, like, plain in zip(values, self.likeness, self.plain):
+                if plain and value is like:
+                    continue
+                if type(value) is _NDARRAY:         # (_likeness's, without making it)
+                    if value.dtype is not like[0] or value.shape != like[1] or \
+                            value.flags.num & _LAYOUT_FLAGS != like[2]:
+                        return None
+                elif _likeness(value) != like:
+                    return None
         except (TypeError, ValueError):
             return None
+        return NATIVE

@@ -189,6 +189,8 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     try:
         check("Allreduce", x, y, largest, read=1)       # a user's op: MPI's own call
         check("Allreduce", x, y, largest, read=0)
+        check("Allreduce", x[:6], y[:6], largest, read=1)   # other shapes: read again
+        check("Allreduce", x[:6], y[:6], largest, read=0)
         check("Allreduce", x, y, MPI.MAX, read=1)
     finally:
         largest.Free()
@@ -196,6 +198,12 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     check("Bcast", z, 0, read=1)
     check("Bcast", z, 0, read=0)
     check("Bcast", z, p - 1, read=1)                                        # root
+    check("Bcast", [z, 0, MPI.BYTE], 0, read=1)     # no element (OSU's 0 bytes): read once
+    check("Bcast", [z, 0, MPI.BYTE], 0, read=0)
+    check("Bcast", [z, 4, MPI.BYTE], 0, read=1)
+    check("Allreduce", [x, (0, 3), MPI.DOUBLE], [y, (0, 5), MPI.DOUBLE], read=1)
+    check("Allreduce", [x, (0, 3), MPI.DOUBLE], [y, (0, 5), MPI.DOUBLE], read=0)
+    check("Allreduce", [x, (1, 3), MPI.DOUBLE], [y, (1, 5), MPI.DOUBLE], read=1)
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
