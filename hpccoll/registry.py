@@ -91,6 +91,10 @@ class Algorithm:
     source: str = ""
     auto: bool = True           # auto (the cost model) may pick it
     options: tuple[Option, ...] | None = None   # None: not declared (any option passes)
+    # the planner's steps by size alone, where naming every block would not scale (the
+    # simulator's replay at thousands of ranks): the same peers, message sizes and local
+    # work, every region at offset 0, so not a program to run
+    sizes: Planner | None = None
 
     @property
     def summary(self) -> str:
@@ -116,11 +120,13 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 def register(collective: str | tuple[str, ...], name: str, *, family: str,
              requires: tuple[Constraint, ...] = (), cost: Cost | None = None,
              source: str = "", auto: bool = True,
-             options: tuple[Option, ...] | None = None) -> Callable[[Planner], Planner]:
+             options: tuple[Option, ...] | None = None,
+             sizes: Planner | None = None) -> Callable[[Planner], Planner]:
     """Decorator: register ``planner`` as algorithm ``name`` of one or more collectives, with
     its constraints, its :class:`Cost`, the paper it comes from, whether ``auto`` may pick
-    it (``auto=False``: only when asked for by name) and the options it takes (declared:
-    any other option, or a value outside an option's, is refused)."""
+    it (``auto=False``: only when asked for by name), the options it takes (declared:
+    any other option, or a value outside an option's, is refused) and its steps by size
+    alone (:attr:`Algorithm.sizes`)."""
     names = (collective,) if isinstance(collective, str) else collective
 
     def decorate(planner: Planner) -> Planner:
@@ -130,7 +136,7 @@ def register(collective: str | tuple[str, ...], name: str, *, family: str,
             if (coll, name) in _REGISTRY or name == NATIVE:
                 raise ValueError(f"algorithm {name!r} registered twice for {coll}")
             _REGISTRY[coll, name] = Algorithm(coll, name, family, planner, requires, cost,
-                                              source, auto, options)
+                                              source, auto, options, sizes)
         return planner
 
     return decorate

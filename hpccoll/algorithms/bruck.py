@@ -73,8 +73,34 @@ RADIX = Option("radix", "an integer >= 2", "2",
                _valid_radix)
 
 
+def _radix(call: Call) -> int:
+    radix = call.option("radix", 2)
+    if not _valid_radix(radix):
+        raise ValueError(f"bruck radix must be an integer >= 2, got {radix!r}")
+    return operator.index(radix)
+
+
+def bruck_alltoall_sizes(call: Call) -> Program:
+    """:func:`plan_bruck_alltoall`'s steps by size alone (registry ``sizes``): each round's
+    messages to and from the same peers with as many elements, and the own block's copy,
+    without naming the about p/2 blocks of each message (p^2 log p regions in all: what
+    the simulator cannot hold at 16,384 ranks)."""
+    p, rank, n = call.p, call.rank, call.counts[0]
+    radix = _radix(call)
+    if n == 0:
+        return Program(())
+    steps = ProgramBuilder()
+    for messages in bruck_rounds(p, radix):
+        step = steps.step()
+        for hop, indices in messages:
+            step.send((rank + hop) % p, Region(SEND, 0, n * len(indices)))
+            step.recv((rank - hop) % p, Region(RECV, 0, n * len(indices)))
+    steps.first().copy(Region(SEND, 0, n), Region(RECV, 0, n))     # (index 0 never moves)
+    return steps.program()
+
+
 @register("alltoall", "bruck", family="bruck", options=(RADIX,),
-          source="Bruck et al. 1997",
+          source="Bruck et al. 1997", sizes=bruck_alltoall_sizes,
           cost=Cost("ceil(log2(p))", "n * popsum(p)", "⌈log2 p⌉α + n·Σpopcount(i<p)·β, radix 2"))
 def plan_bruck_alltoall(call: Call) -> Program:
     """Bruck all-to-all: ceil(log_r p) rounds for any p; round k forwards every block whose
@@ -88,10 +114,7 @@ def plan_bruck_alltoall(call: Call) -> Program:
     algorithm.  Scratch at most (p-1) n (blocks that hop twice or more).
     """
     p, rank, n = call.p, call.rank, call.counts[0]
-    radix = call.option("radix", 2)
-    if not _valid_radix(radix):
-        raise ValueError(f"bruck radix must be an integer >= 2, got {radix!r}")
-    radix = operator.index(radix)
+    radix = _radix(call)
     mine, result = blocks(SEND, (n,) * p), blocks(RECV, (n,) * p)
     source = [mine[(rank + i) % p] for i in range(p)]
     final = [result[(rank - i) % p] for i in range(p)]

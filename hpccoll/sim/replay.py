@@ -117,7 +117,8 @@ def each_program(collective: str, algorithm: str, platform: Platform, nbytes: in
     if reason is not None:
         raise ValueError(f"algorithm {algorithm!r} cannot serve {collective} on "
                          f"{platform.ranks} ranks of {platform.spec}: it requires {reason}")
-    planner = registry.get(collective, algorithm).planner
+    chosen = registry.get(collective, algorithm)
+    planner = chosen.sizes or chosen.planner     # (only sizes matter here: exact, and tested)
     return (planner(call(rank)) for rank in range(platform.ranks))
 
 
