@@ -116,14 +116,18 @@ class Reading:
     root or counts), and :meth:`arrays` that reads the same call again from new arguments
     cheaply.  ``last`` is free for the caller: the validated call to run again."""
 
-    __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last")
+    __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last", "arrays")
 
     def __init__(self, call: Call, send: Callable[[Any], Any], recv: Callable[[Any], Any],
-                 buffers: int, rest: tuple, as_numbers: bool):
+                 buffers: int, rest: tuple, as_numbers: bool,
+                 as_passed: Callable[[tuple], Any] | None = None):
         self.call, self.send, self.recv = call, send, recv
         self.buffers, self.rest = buffers, rest
         self.as_numbers = as_numbers        # NumPy arrays among the rest: compared frozen
         self.last: Any = None
+        # arrays(values): the send (None: none) and receive (None: not used) arrays of the
+        # call read from ``values`` if it is the same call as the one read before, else None
+        self.arrays = as_passed or self._viewed
 
     @staticmethod
     def of(call: Call, values: tuple, buffers: int, blocking: bool) -> Reading | None:
@@ -145,13 +149,14 @@ class Reading:
             return None
         rest = values[buffers:]         # counts among them: compared as numbers
         try:
-            return Reading(call, send, recv, buffers, copied(rest), False)
+            rest = copied(rest)
         except LookupError:             # counts in NumPy arrays: compared frozen
             return Reading(call, send, recv, buffers, frozen(rest), True)
+        return Reading(call, send, recv, buffers, rest, False,
+                       _as_passed(call, values, buffers, rest) if blocking else None)
 
-    def arrays(self, values: tuple) -> tuple[Any, Any] | None:
-        """The send (None: none) and receive (None: not used) arrays of the call read from
-        ``values`` if it is the same call as the one read before; None if not."""
+    def _viewed(self, values: tuple) -> tuple[Any, Any] | None:
+        """:attr:`arrays` through the buffers' views."""
         try:
             rest = values[self.buffers:]
             if (frozen(rest) if self.as_numbers else rest) != self.rest:
@@ -163,6 +168,45 @@ class Reading:
         except (TypeError, ValueError):     # (arguments no value compares with: read anew)
             return None
         return None if recv is MISS else (send, recv)
+
+
+def _as_passed(call: Call, values: tuple, buffers: int, rest: Any
+               ) -> Callable[[tuple], Any] | None:
+    """:attr:`Reading.arrays` in one function for the commonest blocking call, whose
+    buffers are flat NumPy arrays passed as they are (the very arrays the call runs on, so
+    their views give them back unchanged) and whose other arguments are plain values
+    (``rest``, copied): the views' checks without their calls.  None for any other call."""
+    send, recv = values[0] if buffers == 2 else None, values[buffers - 1]
+    if not (type(recv) is _NDARRAY and recv is call.recv and recv.ndim == 1) or \
+            buffers == 2 and not (type(send) is _NDARRAY and send is call.send and
+                                  send.ndim == 1):
+        return None
+    recv_dtype, recv_shape = recv.dtype, recv.shape
+    if buffers == 1:
+        def one_buffer(values: tuple) -> tuple[None, Any] | None:
+            try:
+                value = values[0]
+                if values[1:] != rest or type(value) is not _NDARRAY or \
+                        value.dtype is not recv_dtype or value.shape != recv_shape:
+                    return None
+            except (TypeError, ValueError):
+                return None
+            return None, value
+        return one_buffer
+    send_dtype, send_shape = send.dtype, send.shape
+
+    def two_buffers(values: tuple) -> tuple[Any, Any] | None:
+        try:
+            send, recv = values[0], values[1]
+            if values[2:] != rest or type(send) is not _NDARRAY or \
+                    type(recv) is not _NDARRAY or send.dtype is not send_dtype or \
+                    recv.dtype is not recv_dtype or send.shape != send_shape or \
+                    recv.shape != recv_shape:
+                return None
+        except (TypeError, ValueError):
+            return None
+        return send, recv
+    return two_buffers
 
 
 def _own_array(argument: Any) -> Any:

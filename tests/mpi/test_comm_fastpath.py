@@ -183,6 +183,8 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
         assert np.array_equal(mine, theirs)
     check("Alltoall", x[:2 * p], y[:2 * p], read=1)     # not in place: hpccoll's again
     check("Alltoall", x[:2 * p], y[:2 * p], read=0)
+    check("Alltoall", x[:4 * p], y[:4 * p], read=1)     # other shapes
+    check("Alltoall", x[:4 * p].astype(np.float32), y.view(np.float32)[:4 * p], read=1)
     largest = MPI.Op.Create(lambda a, b, datatype: np.maximum(
         np.frombuffer(a, np.float64), np.frombuffer(b, np.float64), out=np.frombuffer(
             b, np.float64)), commute=True)
@@ -198,6 +200,9 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     check("Bcast", z, 0, read=1)
     check("Bcast", z, 0, read=0)
     check("Bcast", z, p - 1, read=1)                                        # root
+    check("Bcast", z[:3], p - 1, read=1)                                    # shape
+    check("Bcast", z[:3].astype(np.int32), p - 1, read=1)                   # dtype
+    check("Bcast", z[:3].astype(np.int32), p - 1, read=0)
     check("Bcast", [z, 0, MPI.BYTE], 0, read=1)     # no element (OSU's 0 bytes): read once
     check("Bcast", [z, 0, MPI.BYTE], 0, read=0)
     check("Bcast", [z, 4, MPI.BYTE], 0, read=1)
