@@ -205,10 +205,11 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                 if blocking:
                     if last is not None and last.repeat(*arrays):
                         return None
-                elif nonblocking_form and last is not None:
-                    started = last.start(*arrays)
-                    if started is not None:
-                        return CommRequest(started)
+                elif nonblocking_form:
+                    if last is not None:
+                        started = last.start(*arrays)
+                        if started is not None:
+                            return CommRequest(started)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)
@@ -219,7 +220,8 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
             check_mpi_takes(values[:buffers], name, reason)
             self._readings[name] = NativeReading.of(values, reason)
             return getattr(self._mpi, name)(self, *values)
-        reading = self._readings[name] = Reading.of(call, values, buffers, blocking)
+        reading = self._readings[name] = Reading.of(call, values, buffers,
+                                                    blocking or nonblocking_form)
         return run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
 
     method = _with_signature(name, parameters, serve)

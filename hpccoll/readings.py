@@ -130,15 +130,16 @@ class Reading:
         self.arrays = as_passed or self._viewed
 
     @staticmethod
-    def of(call: Call, values: tuple, buffers: int, blocking: bool) -> Reading | None:
+    def of(call: Call, values: tuple, buffers: int, repeated: bool) -> Reading | None:
         """The reading of ``call`` from ``values``, whose first ``buffers`` (1 or 2) are its
-        buffer arguments, for a blocking call (run again by ``LastCall.repeat``, which checks
-        the buffers' layout and writability itself on every call) or another (validated
-        anew): None where it cannot be read again cheaply (not NumPy arrays, a copy or a
-        gather made)."""
+        buffer arguments, for a call run again by ``LastCall`` (``repeated``: blocking and
+        non-blocking ones, whose ``repeat`` and ``start`` check the buffers' layout and
+        writability themselves on every call; the caller reads a call anew where there is no
+        LastCall) or another (validated anew: persistent): None where it cannot be read again
+        cheaply (not NumPy arrays, a copy or a gather made)."""
         if not call.repeatable:
             return None
-        send_checks, recv_checks = ("", "") if blocking else ("layout", "writable")
+        send_checks, recv_checks = ("", "") if repeated else ("layout", "writable")
         if buffers == 1:                # bcast: its one buffer is the receive buffer
             send = lambda value: None       # noqa: E731
             recv = _argument_view(values[0], call.recv, recv_checks)
@@ -153,7 +154,7 @@ class Reading:
         except LookupError:             # counts in NumPy arrays: compared frozen
             return Reading(call, send, recv, buffers, frozen(rest), True)
         return Reading(call, send, recv, buffers, rest, False,
-                       _as_passed(call, values, buffers, rest) if blocking else None)
+                       _as_passed(call, values, buffers, rest) if repeated else None)
 
     def _viewed(self, values: tuple) -> tuple[Any, Any] | None:
         """:attr:`arrays` through the buffers' views."""
@@ -172,7 +173,7 @@ class Reading:
 
 def _as_passed(call: Call, values: tuple, buffers: int, rest: Any
                ) -> Callable[[tuple], Any] | None:
-    """:attr:`Reading.arrays` in one function for the commonest blocking call, whose
+    """:attr:`Reading.arrays` in one function for the commonest repeated call, whose
     buffers are flat NumPy arrays passed as they are (the very arrays the call runs on, so
     their views give them back unchanged) and whose other arguments are plain values
     (``rest``, copied): the views' checks without their calls.  None for any other call."""
