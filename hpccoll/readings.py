@@ -113,7 +113,7 @@ def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
 
 class Reading:
     """How a call was read from its arguments (the bound parameters: the buffers, then op,
-    root or counts), and :meth:`arrays` that reads the same call again from new arguments
+    root or counts), and :attr:`arrays` that reads the same call again from new arguments
     cheaply.  ``last`` is free for the caller: the validated call to run again."""
 
     __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last", "arrays")
