@@ -31,15 +31,27 @@ pytestmark = pytest.mark.faults
 FORM_SIZES = (("blocking", 8), ("blocking", 16 << 20), ("nonblocking", 8 << 10),
               ("nonblocking", 1 << 20), ("persistent", 8), ("persistent", 16 << 20),
               ("native", 8 << 10), ("native", 1 << 20), ("native-persistent", 8),
-              ("native-persistent", 16 << 20))
+              ("native-persistent", 16 << 20), ("comm-blocking", 8),
+              ("comm-nonblocking", 16 << 20))
 DEADLINE = 1.0                  # s: the short deadline of the fault tests (0.5 timed out
 #                                 native calls at 3 oversubscribed ranks under Open MPI)
 LATE = DEADLINE + 0.5           # s: how long a rank that skips a call sleeps
 
 
+_WRAPPED: dict = {}     # communicator's Fortran handle -> its hpccoll.Comm (kept: repeats)
+
+
 def _call(hpccoll, comm, form, x, y):
     algorithm = "native" if form.startswith("native") else "ring"
-    if form in ("blocking", "native"):
+    if form.startswith("comm"):         # the drop-in's repeat path, on the same Comm
+        if comm.py2f() not in _WRAPPED:
+            _WRAPPED[comm.py2f()] = hpccoll.Comm(comm, {"allreduce": algorithm})
+        wrapped = _WRAPPED[comm.py2f()]
+        if form == "comm-blocking":
+            wrapped.Allreduce(x, y)
+        else:
+            wrapped.Iallreduce(x, y).Wait()
+    elif form in ("blocking", "native"):
         hpccoll.allreduce(comm, x, y, algorithm=algorithm)
     elif form == "nonblocking":
         hpccoll.iallreduce(comm, x, y, algorithm=algorithm).wait()
