@@ -10,7 +10,8 @@
 # from other streams, a call that must not wait for a kernel sleeping on another stream,
 # the issue-34 cases) and fails if any of them
 # skipped (no CUDA, no NVVM) or failed, then measures the kernels' first compile (cache
-# empty, then full), an 8 B allreduce against host buffers, and a short
+# empty, then full), an 8 B allreduce against host buffers, what a staged call waits for
+# while a kernel sleeps on another stream (perf/gpu_check.py waits), and a short
 # benchmark (allreduce, allgather, alltoall, 8 B - 4 MiB, 1 and 2 ranks).  Everything goes
 # to RESULTS_DIR (default perf/results/gpu-HOST-DATE/), the summary to the last lines of
 # stdout.  Without a GPU it prints one line and exits 2.  --simulate rehearses the GPU mode
@@ -100,6 +101,12 @@ for ranks in 1 2; do
     timeout 120 mpiexec -n $ranks $python perf/gpu_check.py latency 2>&1 \
         | tee -a "$out/latency.txt" || fail "latency at $ranks rank(s)"
 done
+if [ $simulate = 0 ]; then                 # the simulator has no streams to wait for
+    for ranks in 1 2; do
+        timeout 120 mpiexec -n $ranks $python perf/gpu_check.py waits 2>&1 \
+            | tee -a "$out/waits.txt" || fail "waits at $ranks rank(s)"
+    done
+fi
 for ranks in 1 2; do
     for collective in allreduce allgather alltoall; do
         timeout 60 mpiexec -n $ranks $python -m hpccoll bench $collective -a ring,native \
@@ -110,6 +117,6 @@ for ranks in 1 2; do
 done
 
 echo "gpu_check: tests: ${summary:-none}"
-grep -h "^gpu_check:" "$out/compile.txt" "$out/latency.txt" 2>/dev/null
+grep -h "^gpu_check:" "$out/compile.txt" "$out/latency.txt" "$out/waits.txt" 2>/dev/null
 echo "gpu_check: results in $out; $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
