@@ -241,17 +241,30 @@ def _likeness(value: Any) -> Any:
     return MISS
 
 
+def _plain_rest(value: Any) -> Any:
+    """The items after the NumPy array of a spec ``[array, ...]`` of plain values, copied (a
+    later spec's compare with them as they are); None for anything else."""
+    if (type(value) is list or type(value) is tuple) and value and \
+            type(value[0]) is _NDARRAY:
+        try:
+            return copied(value[1:])
+        except LookupError:             # counts in NumPy arrays: compared frozen
+            return None
+    return None
+
+
 class NativeReading:
     """A call that went to MPI's own collective (for ``reason``), by the likeness of its
     arguments: :meth:`arrays` gives NATIVE for a call alike in everything reading looks at
     (so reading it would send it there again), None otherwise.  A plain value (an op, a
     datatype, a number, ...) is its own likeness: the very object again is alike at once."""
 
-    __slots__ = ("likeness", "plain", "reason")
+    __slots__ = ("likeness", "plain", "rests", "reason")
 
     def __init__(self, values: tuple, likeness: tuple, reason: Exception):
         self.likeness, self.reason = likeness, reason
         self.plain = tuple(like is value for like, value in zip(likeness, values))
+        self.rests = tuple(map(_plain_rest, values))
 
     @staticmethod
     def of(values: tuple, reason: Exception) -> NativeReading | None:
@@ -263,10 +276,14 @@ class NativeReading:
         if len(values) != len(self.likeness):
             return None
         try:
-            for value, like, plain in zip(values, self.likeness, self.plain):
+            for value, like, plain, rest in zip(values, self.likeness, self.plain, self.rests):
                 if plain and value is like:
                     continue
-                if type(value) is _NDARRAY:         # (_likeness's, without making it)
+                if rest is not None:                # a spec: _likeness's, without making it
+                    if type(value) is not like[0] or value[1:] != rest:
+                        return None
+                    value, like = value[0], like[1]
+                if type(value) is _NDARRAY:
                     if value.dtype is not like[0] or value.shape != like[1] or \
                             value.flags.num & _LAYOUT_FLAGS != like[2]:
                         return None

@@ -1,7 +1,8 @@
 """Single ``hpccoll.Comm`` calls that took a slow path, against the same calls on plain
-mpi4py, in one process: a spec of no element (an OSU loop's 0 bytes), Allgatherv with a
-``[buf, counts]`` spec covering the whole buffer, and a user-defined op that hpccoll hands to
-MPI's own Allreduce.  Each cell: ``--rounds`` rounds of ``--calls`` calls, mpi4py and Comm
+mpi4py, in one process: a spec of no element (an OSU loop's 0 bytes), an OSU loop's
+``[buf, 8, MPI.BYTE]`` spec over its largest buffer, Allgatherv with a ``[buf, counts]`` spec
+covering the whole buffer, and calls that hpccoll hands to MPI's own Allreduce (MPI.BOR on
+MPI.BYTE specs; a user-defined op).  Each cell: ``--rounds`` rounds of ``--calls`` calls, mpi4py and Comm
 taking turns, the median (and Comm's range); the slowest rank counts.
 
 Usage: mpiexec -n 1 python perf/bench_comm_cases.py [--calls 40000] [--rounds 7]
@@ -29,12 +30,16 @@ def main() -> None:
     p = plain.Get_size()
     x, y = np.ones(2, np.float32), np.zeros(2 * p, np.float32)
     z = np.ones(2, np.float32)
+    osu = np.zeros(1 << 20, np.uint8)          # an OSU loop's buffer, of the largest size
     counts = [2] * p
     gathered = [y, counts]
     user_op = MPI.Op.Create(lambda a, b, datatype: None, commute=True)
     cases = {
         "Allgatherv(x, [y, counts])": lambda comm: comm.Allgatherv(x, gathered),
         "Bcast([z, 0, MPI.BYTE], 0)": lambda comm: comm.Bcast([z, 0, MPI.BYTE], 0),
+        "Bcast([osu, 8, MPI.BYTE], 0)": lambda comm: comm.Bcast([osu, 8, MPI.BYTE], 0),
+        "Allreduce([osu, 8, BYTE], BOR)": lambda comm: comm.Allreduce([osu, 8, MPI.BYTE],
+                                                               [y, 8, MPI.BYTE], op=MPI.BOR),
         "Allreduce(x, y[:2], user op)": lambda comm: comm.Allreduce(x, y[:2], op=user_op),
     }
     if plain.rank == 0:

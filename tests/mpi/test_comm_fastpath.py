@@ -194,6 +194,13 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
         check("Allreduce", x[:6], y[:6], largest, read=1)   # other shapes: read again
         check("Allreduce", x[:6], y[:6], largest, read=0)
         check("Allreduce", x, y, MPI.MAX, read=1)
+        check("Allreduce", [x, 4, MPI.DOUBLE], [y, 4, MPI.DOUBLE], largest, read=1)  # specs
+        check("Allreduce", [x, 4, MPI.DOUBLE], [y, 4, MPI.DOUBLE], largest, read=0)
+        check("Allreduce", [x, 5, MPI.DOUBLE], [y, 5, MPI.DOUBLE], largest, read=1)  # count
+        check("Allreduce", [x.reshape(3, 4), 5, MPI.DOUBLE], [y, 5, MPI.DOUBLE], largest,
+              read=1)                                                   # the buffer's shape
+        check("Allreduce", (x, 5, MPI.DOUBLE), [y, 5, MPI.DOUBLE], largest, read=1)  # tuple
+        check("Allreduce", [x, 5, MPI.INT64_T], [y, 5, MPI.INT64_T], largest, read=1)
     finally:
         largest.Free()
     z = np.arange(6, dtype=np.float32) + r
