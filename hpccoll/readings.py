@@ -81,18 +81,22 @@ def _argument_view(argument: Any, array: Any, checks: str) -> Callable[[Any], An
     if array is None:
         return lambda value: None
     if type(argument) is list or type(argument) is tuple:
-        return _spec_view(argument, _array_view(argument[0], array, checks))
+        return _spec_view(argument, array, _array_view(argument[0], array, checks))
     return _array_view(argument, array, checks)
 
 
-def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
+def _spec_view(spec: list | tuple, array: Any, buf_view: Callable[[Any], Any] | None
                ) -> Callable[[Any], Any] | None:
-    """``view(value)`` for a buffer spec ``[buf, ...]``: ``value`` a spec of the same type
-    and length whose other items equal ``spec``'s (counts and displacements compared as
-    numbers), its buffer read by ``buf_view``."""
+    """``view(value)`` for a buffer spec ``[buf, ...]`` read as ``array``: ``value`` a spec
+    of the same type and length whose other items equal ``spec``'s (counts and displacements
+    compared as numbers), its buffer read by ``buf_view`` -- or, the very ``buf`` again with
+    the same dtype, shape and layout and writability flags (an OSU loop's ``[buf, size,
+    MPI.BYTE]``), ``array`` itself, the view ``buf_view`` would make anew."""
     if buf_view is None:
         return None
     kind, length = type(spec), len(spec)
+    buf = spec[0]
+    dtype, shape, flags = buf.dtype, buf.shape, buf.flags.num & _LAYOUT_FLAGS
     try:
         rest = copied(spec[1:])
     except LookupError:         # counts in NumPy arrays: compared as tuples of numbers
@@ -107,7 +111,11 @@ def _spec_view(spec: list | tuple, buf_view: Callable[[Any], Any] | None
     def view(value: Any) -> Any:
         if type(value) is not kind or len(value) != length or value[1:] != rest:
             return MISS
-        return buf_view(value[0])
+        given = value[0]
+        if given is buf and given.dtype is dtype and given.shape == shape and \
+                given.flags.num & _LAYOUT_FLAGS == flags:
+            return array
+        return buf_view(given)
     return view
 
 

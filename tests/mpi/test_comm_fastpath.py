@@ -216,6 +216,22 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     check("Allreduce", [x, (0, 3), MPI.DOUBLE], [y, (0, 5), MPI.DOUBLE], read=1)
     check("Allreduce", [x, (0, 3), MPI.DOUBLE], [y, (0, 5), MPI.DOUBLE], read=0)
     check("Allreduce", [x, (1, 3), MPI.DOUBLE], [y, (1, 5), MPI.DOUBLE], read=1)
+    w = np.arange(8, dtype=np.float64) + r      # the same buffer object in a new spec list
+    check("Bcast", [w, 4, MPI.DOUBLE], 0, read=1)
+    check("Bcast", [w, 4, MPI.DOUBLE], 0, read=0)
+    w.shape = (2, 4)                                                        # changed in place
+    check("Bcast", [w, 4, MPI.DOUBLE], 0, read=1)
+    check("Bcast", [w, 4, MPI.DOUBLE], 0, read=0)
+    v, u = x.copy(), np.full(12, SENTINEL)
+    check("Allreduce", [v, 4, MPI.DOUBLE], [u, 4, MPI.DOUBLE], read=1)
+    check("Allreduce", [v, 4, MPI.DOUBLE], [u, 4, MPI.DOUBLE], read=0)
+    v.flags.writeable = False               # a read-only send buffer: the same call
+    check("Allreduce", [v, 4, MPI.DOUBLE], [u, 4, MPI.DOUBLE], read=0)
+    u[...] = SENTINEL
+    u.flags.writeable = False               # a read-only receive buffer: refused, not written
+    with pytest.raises(BufferError):
+        wrapped.Allreduce([v, 4, MPI.DOUBLE], [u, 4, MPI.DOUBLE])
+    assert (u == SENTINEL).all()
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
