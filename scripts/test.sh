@@ -24,10 +24,10 @@ trap 'kill 0' INT TERM          # an interrupt stops both streams
     python -m pytest tests/unit; unit=$?          # the Open MPI pass runs whatever the result
     bash scripts/test-openmpi.sh && exit "$unit"
 ) >"$log" 2>&1 &
-second=$!
+pid=$!
 python -m pytest tests/mpi tests/slurm
 first=$?
-wait "$second"
+wait "$pid"
 second=$?
 echo "---- the unit tests, then the Open MPI pass (run beside the above) ----"
 cat "$log"

@@ -860,7 +860,6 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
         unknown.Free()
 
 
-
 @pytest.mark.mpi(ranks=[1], timeout=300)
 def test_counts_beyond_2_31_go_to_mpi4py_and_give_its_results(mpi_ranks, comm):
     """A call of more than 2**31 - 1 elements (C ints cannot pass its count to the compiled
@@ -880,14 +879,15 @@ def test_counts_beyond_2_31_go_to_mpi4py_and_give_its_results(mpi_ranks, comm):
              "Allreduce": lambda a: wrapped.Allreduce(send, recv),
              "Allgather": lambda a: wrapped.Allgather([send, MPI.BYTE], [recv, MPI.BYTE])}
     for name, run in calls.items():
-        for algorithm in ("native", "auto"):
+        for algorithm in ("native", "auto") if name.islower() else ("auto",):   # Comm: auto
             for turn in range(2):                       # a first call, then a repeat
                 recv[::4096] = -1
                 recv[-1] = -1
                 run(algorithm)
                 assert np.array_equal(recv[::4096], send[::4096]) and recv[-1] == send[-1], \
                     (name, algorithm, turn)
-        assert name[0].isupper() or api._last_calls[name].compiled is None, name
+        if name.islower():
+            assert api._last_calls[name].compiled is None, name
     recv[...] = send
     recv[::4096] = 0
     hpccoll.bcast(comm, recv, root=0)                   # 1 rank: the buffer as it is
