@@ -22,10 +22,9 @@ from . import settings
 from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
-from .requests import COMPLETED, NativeStarted, PersistentRequest, Request, Started
-from .runtime.libmpi import DONE, MISMATCH
-from .runtime.operation import Operation
+from .requests import PersistentRequest, Request
 from .runtime.native import NativeCall
+from .runtime.progress import COMPLETED
 from .runtime.scheduled import Runner
 
 
@@ -54,9 +53,9 @@ class LastCall:
     takes the path above."""
 
     __slots__ = ("comm", "no_send", "send_rest", "recv_rest", "op", "root", "counts",
-                 "algorithm", "prepared", "ctx",
-                 "calls", "compiled", "runner", "send_n", "recv_n", "dtype", "ignores_recv",
-                 "alone", "sent", "received", "shape", "moves_nothing", "tag", "twin")
+                 "algorithm", "prepared", "ctx", "calls", "executor", "starter", "send_n",
+                 "recv_n", "dtype", "ignores_recv", "alone", "sent", "received", "shape",
+                 "moves_nothing", "tag")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None,
@@ -66,15 +65,19 @@ class LastCall:
         self.comm, self.op, self.root, self.counts = comm, op, root, counts
         self.no_send = sendbuf if send is None else nothing    # IN_PLACE, or None (one buffer)
         self.send_rest, self.recv_rest = send_rest, recv_rest
-        self.algorithm, self.prepared, self.compiled = algorithm, prepared, prepared.compiled
-        self.runner: Runner | None = None   # the last run's binding on the compiled executor
+        self.algorithm, self.prepared = algorithm, prepared
+        # the compiled executor a repeat runs on (the native call, or the runner of the
+        # binding the last run used) and the one a non-blocking start runs on (the native
+        # call's twin, made at the first start: a blocking repeat may come meanwhile; the
+        # same runner)
+        self.executor: NativeCall | Runner | None = prepared.compiled
+        self.starter: NativeCall | Runner | None = None
         self.ctx, self.calls = prepared.ctx, prepared.ctx.calls
         self.send_n = None if send is None else send.size
         self.recv_n, self.dtype = recv.size, recv.dtype
         self.ignores_recv = prepared.ignores_recv       # recv at root only, elsewhere: send[:0]
         self.moves_nothing = prepared.moves_nothing
         self.tag = prepared.tag()
-        self.twin: NativeCall | None = None     # the compiled native call's, for starts
         self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
             (send is None or send.shape == recv.shape)
         self.sent = self.received = nothing
@@ -99,8 +102,7 @@ class LastCall:
         except LookupError:
             return None
         if type(counts) not in _COUNTS_TYPES or options is not None or \
-                not isinstance(comm, MPI.Comm) or prepared.on_device or \
-                settings.current.check or settings.current.stall is not None:
+                not isinstance(comm, MPI.Comm) or prepared.on_device or not settings.fast:
             return None
         return LastCall(prepared, comm, sendbuf, op, root, algorithm, send, recv,
                         None if counts is None else type(counts)(counts), send_rest, recv_rest)
@@ -112,23 +114,18 @@ class LastCall:
         if self.prepared not in self.calls:
             return False
         if self.ignores_recv:
-            recv = send[:0]
+            recv = None
         elif self.alone and self.copy_alone(send, recv):
             return True
         if self.moves_nothing:
-            return recv.size == 0 and (send is None or send.size == 0)
-        compiled = self.compiled
-        if compiled is not None:
-            code = compiled.start(recv if send is None else send, recv, compiled.state,
-                                  compiled.handles, compiled.polls)
-            return code == DONE or compiled.finish(code, send, recv)
-        runner = self.runner
-        if runner is not None and runner.binding.runner is runner and not runner.binding.busy:
-            if self.ignores_recv:       # (the binding's own space stands in for it)
-                recv = runner.recv
-            code = runner.function(recv if send is None else send, recv, runner.state,
-                                   runner.handles, runner.polls, self.tag)
-            return code == DONE or self.resume(code, send, recv)
+            return (recv is None or recv.size == 0) and (send is None or send.size == 0)
+        executor = self.executor
+        if executor is not None:
+            run = executor.start(send, recv, self.tag, executor.polls)
+            if run is not None:
+                if run is not COMPLETED:
+                    run.wait()
+                return True
         return self.run(send, recv)
 
     def start(self, send: np.ndarray | None, recv: Any) -> Any:
@@ -137,37 +134,31 @@ class LastCall:
         ``wait()``); None (nothing sent) if not."""
         if self.prepared not in self.calls:
             return None
-        prepared, ctx, runner = self.prepared, self.ctx, self.runner
+        prepared, ctx = self.prepared, self.ctx
+        if self.ignores_recv:
+            recv = None
         if self.moves_nothing:
-            if send is not None and send.size or not self.ignores_recv and recv.size:
+            if send is not None and send.size or recv is not None and recv.size:
                 return None
             ctx.next_slot()
             return COMPLETED
-        if self.compiled is not None:
-            if self.twin is None:           # (a state of its own: a blocking repeat may come)
-                self.twin = self.compiled.twin()
-            started = NativeStarted(self.twin).post(send, send[:0] if self.ignores_recv
-                                                    else recv)
-            if started is not None:
-                ctx.next_slot()             # (drawn on every start, as every rank draws it)
-                return started
-        elif self.alone and self.copy_alone(send, recv):
+        if self.alone and self.copy_alone(send, recv):
             ctx.next_slot()
             return COMPLETED
-        elif runner is not None:
-            started = Started(runner, prepared.tag(ctx.upcoming_slot()), prepared.reduce,
-                              (send, recv), ctx).post(recv if send is None else send,
-                                                      runner.recv if self.ignores_recv
-                                                      else recv)
-            if started is not None:
-                ctx.next_slot()
-                return started
-        if self.ignores_recv:
+        starter = self.starter
+        if starter is None and prepared.compiled is not None:
+            starter = self.starter = prepared.compiled.twin()
+        if starter is not None:
+            run = starter.start(send, recv, self.tag + ctx.upcoming_slot(), 0)
+            if run is not None:
+                ctx.next_slot()             # (drawn on every start, as every rank draws it)
+                return run
+        if recv is None:
             recv = send[:0]
         if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return None
         operation = prepared.start(send, recv, ctx.next_slot())
-        self.runner = getattr(operation, "runner", None)
+        self.learn(operation)
         return operation
 
     def copy_alone(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
@@ -181,28 +172,23 @@ class LastCall:
             return True
         return False
 
-    def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
-        """Run the repeat on the scheduled executor (or mpi4py's) if its buffers are as
-        validated; False (nothing done) if not.  The run's binding, where it ran on the
-        compiled executor, serves the next repeat."""
+    def run(self, send: np.ndarray | None, recv: np.ndarray | None) -> bool:
+        """Run the repeat through the prepared call (on the scheduled executor, or mpi4py's)
+        if its buffers are as validated; False (nothing done) if not."""
+        if recv is None:
+            recv = send[:0]
         if not self.alike(send, self.send_n) or not self.alike(recv, self.recv_n, True):
             return False
         operation = self.prepared.start(send, recv)
         operation.wait()
-        self.runner = getattr(operation, "runner", None)
+        self.learn(operation)
         return True
 
-    def resume(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
-        """After the runner's function returned ``code`` on these buffers: done (True), or
-        continued to completion (True), or (:data:`~.runtime.libmpi.MISMATCH`) run as
-        :meth:`run` does."""
-        if code == DONE:
-            return True
-        if code == MISMATCH:
-            return self.run(send, recv)
-        Operation.resume(self.runner, code, self.prepared.reduce, (send, recv), self.ctx,
-                         self.tag).wait()
-        return True
+    def learn(self, operation: Any) -> None:
+        """A scheduled call's ``operation`` ran on the compiled executor: its binding's
+        runner serves the next repeats and starts."""
+        if self.prepared.compiled is None:
+            self.executor = self.starter = getattr(operation, "runner", None)
 
     def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
         """Whether ``array`` is as validated: size, C layout (and writable)."""
@@ -301,13 +287,16 @@ def _validated(last_calls: dict[str, LastCall], collective: str, comm: Any, send
 def run_prepared(prepared: Prepared, send: Any, recv: Any) -> None:
     """Run a prepared blocking call on its validated arrays (on the compiled executor where
     it runs the call)."""
-    if not settings.current.check:
+    if settings.fast:
         if prepared.moves_nothing:
             prepared.ctx.check()
             return
-        if prepared.compiled is not None:
+        compiled = prepared.compiled
+        if compiled is not None:
             prepared.ctx.check()
-            if prepared.compiled.run(send, recv):
+            run = compiled.start(send, recv, 0, compiled.polls)
+            if run is not None:
+                run.wait()
                 return
     prepared.start(send, recv).wait()
 

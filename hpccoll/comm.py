@@ -48,6 +48,7 @@ from mpi4py import MPI
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
+from .requests import Request
 from .collectives import Collective, nonblocking, on_add, spec
 from .context import check_comm
 
@@ -85,7 +86,8 @@ def _methods(collective: Collective) -> list[_Method]:
 
 class CommRequest:
     """What ``hpccoll.Comm``'s ``I...`` methods return: hpccoll's non-blocking collective (its
-    operation, or :class:`hpccoll.Request`: what has ``test()`` and ``wait()``) with mpi4py's
+    operation, or a :class:`hpccoll.Request` around a run of a compiled executor, which is
+    started again by later calls: what has ``test()`` and ``wait()``) with mpi4py's
     Request methods: ``Wait()``, ``Test()``, and the lower-case ``wait()`` (None) and
     ``test()`` (``(flag, None)``).  ``MPI.Request.Waitall`` and its kin do not take it (it is
     not an MPI request)."""
@@ -209,7 +211,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                     if last is not None:
                         started = last.start(*arrays)
                         if started is not None:
-                            return CommRequest(started)
+                            return CommRequest(Request(started))
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)

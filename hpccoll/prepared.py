@@ -19,10 +19,11 @@ from .arguments import (CallArgs, agree, check_apart, identity, ignores_recvbuf,
                         signature, validate)
 from .collectives import Collective, nonblocking
 from .context import Context, context, existing_context
-from .requests import COMPLETED, NativeOperation
+from .requests import NativeOperation
 from .runtime import buffers, device, kernels, native
 from .runtime.executor import Plan
 from .runtime.operation import Operation
+from .runtime.progress import COMPLETED
 from .runtime.native import NativeCall
 from .schedule import RECV, Call
 
@@ -253,13 +254,12 @@ def _native_starter(args: CallArgs, comm: MPI.Comm, form: Callable[[str], str]
 
 def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     """The call on the compiled executor (:mod:`hpccoll.runtime.native`) if it runs this
-    one: an MPI library it recognises, a collective and dtype it takes, counts that pass as
-    C ints and an op the library predefines; None otherwise."""
+    one (:func:`~hpccoll.runtime.native.refusal` has no reason against it); None
+    otherwise."""
     call = args.call
-    if not native.runs(args.collective, args.dtype, int(native.vectors(call).max(initial=0))):
-        return None
     op = buffers.native_op(args.op, args.dtype) if args.op else None
-    if op is not None and not op.is_predefined:
+    if not native.runs(args.collective, args.dtype, int(native.vectors(call).max(initial=0)),
+                       op):
         return None
     send_n, recv_n = args.spec.sizes(call)
     no_send = call.in_place or args.spec.one_buffer

@@ -1,9 +1,13 @@
 """The request objects a started collective returns: :class:`Request` (non-blocking),
-:class:`PersistentRequest` (start/wait many times), :class:`NativeOperation`, the MPI
+:class:`PersistentRequest` (start/wait many times) and :class:`NativeOperation`, the MPI
 library's own non-blocking collective under the same test/wait and deadline as the
-scheduled algorithms' operations, :class:`Started` and :class:`NativeStarted`, runs the
-compiled executors started without an operation, and :data:`COMPLETED`, an operation complete when started (a
-one-rank call's copy)."""
+scheduled algorithms' operations.  A start runs on a compiled executor where one serves
+the call (``start(send, recv, tag, polls)``: :meth:`~.runtime.native.NativeCall.start`,
+:meth:`~.runtime.scheduled.Runner.start`, :meth:`NativePersistent.start`), which hands back
+the run -- :data:`~.runtime.progress.COMPLETED`, or the executor itself in flight -- or
+nothing, and the call is then prepared in Python (:meth:`~hpccoll.prepared.Prepared.start`).
+An executor runs one call at a time and is started again later, so a request stops
+consulting it once complete (``test()`` True or ``wait()`` returned)."""
 
 from __future__ import annotations
 
@@ -18,9 +22,7 @@ from . import settings
 from .runtime import abandoned
 from .runtime.agreement import gather_rows
 from .runtime.operation import Operation
-from .runtime.progress import Guard, deadline_from, wait_requests
-from .runtime.libmpi import DONE, MISMATCH, PENDING
-from .runtime.scheduled import Runner
+from .runtime.progress import COMPLETED, Guard, deadline_from, wait_requests
 
 if TYPE_CHECKING:
     from .prepared import Prepared
@@ -30,25 +32,20 @@ class Request:
     """A started collective: ``test()`` makes progress without blocking, ``wait()`` completes;
     after completion both return at once (``wait()`` twice is harmless)."""
 
+    __slots__ = ("_operation",)
+
     def __init__(self, operation: Any):
         self._operation = operation
 
     def test(self) -> bool:
-        return self._operation.test()
+        if self._operation.test():
+            self._operation = COMPLETED
+            return True
+        return False
 
     def wait(self) -> None:
         self._operation.wait()
-
-
-_plain = True       # no check mode, no fault injection: a runner's start may skip Python
-
-
-def _note_settings(current: settings.Settings) -> None:
-    global _plain
-    _plain = not current.check and current.stall is None
-
-
-settings.on_change(_note_settings)
+        self._operation = COMPLETED
 
 
 class PersistentRequest(Request):
@@ -60,14 +57,17 @@ class PersistentRequest(Request):
     raise RuntimeError; ``wait()``/``test()`` while inactive return at once; after ``free()``
     only ``free()`` (harmless) and ``wait()``/``test()`` are allowed.
 
-    Once a run has been on the compiled executor (:mod:`hpccoll.runtime.scheduled`, from the
-    second start), ``start()`` and ``wait()`` call its function directly; anything but a
-    clean completion goes to an :class:`~hpccoll.runtime.operation.Operation` (deadline,
-    notices, failure) as on the first run.  The library's own collective is the library's
-    persistent collective where it has one (MPI-4's ``MPI_<Collective>_init``, made here,
-    started by ``MPI_Start``: :class:`NativePersistent`), else posted and polled by the
-    compiled native executor where that runs the call (:class:`NativeStarted`, on a state
-    of its own)."""
+    A start runs on the request's compiled executor where it has one: for a scheduled
+    algorithm, the runner of its binding once a run has been on the compiled executor
+    (:mod:`hpccoll.runtime.scheduled`, from the second start); for the native one, the
+    library's persistent collective where it has one (MPI-4's ``MPI_<Collective>_init``,
+    made here, started by ``MPI_Start``: :class:`NativePersistent`), else the compiled
+    native executor (on a state of its own); anything but a clean completion goes to an
+    :class:`~hpccoll.runtime.operation.Operation` (deadline, notices, failure) as on the
+    first run."""
+
+    __slots__ = ("_prepared", "_send", "_recv", "_slot", "_tag", "_freed", "_executor",
+                 "_copy", "_arrays")
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
@@ -75,21 +75,19 @@ class PersistentRequest(Request):
         self._slot = prepared.ctx.next_slot()
         self._tag = prepared.tag(self._slot)
         self._freed = False
-        # a start on the compiled executor: the run object posted again at every start
-        # (:meth:`Started.post`, :meth:`NativeStarted.post`), once a run has been there
-        self._started: Started | NativeStarted | None = None
+        self._executor: Any = None      # the compiled executor a start runs on, once known
         self._copy = None       # one rank, a scheduled algorithm: (recv, send) flat views
         if prepared.local_copy and sendbuf is not None:
             self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
-        self._arrays = (sendbuf, sendbuf[:0] if prepared.ignores_recv else recvbuf)
+        self._arrays = (sendbuf, None if prepared.ignores_recv else recvbuf)
         if prepared.plan is None and not prepared.moves_nothing:
-            self._started = NativePersistent.of(prepared, sendbuf, recvbuf)
-            if self._started is None and prepared.compiled is not None:
-                self._started = NativeStarted(prepared.compiled.twin())
+            self._executor = NativePersistent.of(prepared, sendbuf, recvbuf)
+            if self._executor is None and prepared.compiled is not None:
+                self._executor = prepared.compiled.twin()
 
     @property
     def active(self) -> bool:
-        return self._operation is not None and not self._operation.done
+        return self._operation is not None and self._operation is not COMPLETED
 
     def start(self) -> None:
         if self._freed:
@@ -98,12 +96,12 @@ class PersistentRequest(Request):
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
         prepared = self._prepared
-        if _plain and prepared.ctx.revoked is None:
-            started = self._started
-            if started is not None:
-                operation = started.post(*self._arrays)
-                if operation is not None:
-                    self._operation = operation
+        if settings.fast and prepared.ctx.revoked is None:
+            executor = self._executor
+            if executor is not None:
+                run = executor.start(*self._arrays, self._tag, 0)
+                if run is not None:
+                    self._operation = run
                     return
             elif prepared.local_copy:
                 if self._copy is not None:
@@ -112,33 +110,40 @@ class PersistentRequest(Request):
                 return
         self._operation = operation = prepared.start(self._send, self._recv, self._slot)
         if isinstance(operation, Operation) and not prepared.on_device:
-            # scheduled, on the user's host arrays: later starts post on its binding
+            # scheduled, on the user's host arrays: later starts run on its binding's runner
             runner = operation.runner
             if runner is not None:
-                self._started = Started(runner, self._tag, prepared.reduce,
-                                        (self._send, self._recv), prepared.ctx)
+                self._executor = runner
                 self._arrays = (runner.send, runner.recv)
 
     def test(self) -> bool:
-        return self._operation is None or self._operation.test()
+        operation = self._operation
+        if operation is None or operation is COMPLETED:
+            return True
+        if operation.test():
+            self._operation = COMPLETED
+            return True
+        return False
 
     def wait(self) -> None:
-        if self._operation is not None:
-            self._operation.wait()
+        operation = self._operation
+        if operation is not None:
+            operation.wait()
+            self._operation = COMPLETED
 
     def free(self) -> None:
         if self.active:
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
-            if isinstance(self._started, NativePersistent):
-                self._started.free()
-            self._started = self._copy = None
+            if isinstance(self._executor, NativePersistent):
+                self._executor.free()
+            self._executor = self._copy = None
 
 
 class NativePersistent:
     """The MPI library's own persistent collective (MPI-4), made once for a persistent
-    request's buffers (:meth:`of`): :meth:`post` starts it (``MPI_Start``) and returns a
+    request's buffers (:meth:`of`): :meth:`start` starts it (``MPI_Start``) and returns a
     :class:`NativeOperation` on it, so that its test, wait, deadline and failures are those
     of every native call.  A persistent collective matches only the same persistent
     collective on the other ranks, so the ranks agree, when the request is made, to use it
@@ -172,11 +177,12 @@ class NativePersistent:
             raise ctx.fail(error) from None
         return NativePersistent(request, prepared.label, (send, recv), ctx)
 
-    def post(self, send: Any, recv: Any) -> Any:
+    def start(self, send: Any, recv: Any, tag: int, polls: int) -> Any:
         """Start the collective (on its own buffers, which ``send``/``recv`` are; the
-        persistent request starts it only when inactive): its operation, made at the first
-        start and armed again at each.  Never None: a fall-back to another form of the
-        collective would not match the other ranks' persistent one."""
+        persistent request starts it only when inactive; the library tags and polls it):
+        its operation, made at the first start and armed again at each.  Never None: a
+        fall-back to another form of the collective would not match the other ranks'
+        persistent one."""
         held = self.held
         operation = held.operation
         try:
@@ -255,138 +261,3 @@ class NativeOperation:
         self.memory = ()
         self.on_done()
         self.guard.check_notices()
-
-
-class Started:
-    """Runs of a runner's function posted outside an operation (:meth:`post`; a
-    persistent request posts the same object again at every start): ``wait()`` calls the
-    function directly, and is done if the run completes cleanly; anything else (a
-    ``test()``, a notice, a failure) continues the run in an
-    :class:`~hpccoll.runtime.operation.Operation`, which completes it or raises as on any
-    run.  ``memory``: the user's arrays, held meanwhile."""
-
-    __slots__ = ("runner", "tag", "reduce", "memory", "guard", "operation", "finished")
-
-    def __init__(self, runner: Runner, tag: int, reduce: Any, memory: tuple, guard: Guard):
-        """Runs of ``runner`` tagged from ``tag``."""
-        self.runner, self.tag, self.reduce, self.memory, self.guard = \
-            runner, tag, reduce, memory, guard
-        self.operation: Operation | None = None
-        self.finished = True
-
-    def post(self, send: Any, recv: Any) -> Any:
-        """Run on ``send``/``recv`` (the runner's bound arrays, or like them) until the first
-        step is posted: the run (this, an operation, or :data:`COMPLETED` if it has no
-        message to wait for), or None (nothing sent) if the runner no longer serves its
-        binding, is busy, or the arrays are not the ones it is bound to."""
-        runner = self.runner
-        binding = runner.binding
-        if binding.runner is not runner or binding.busy:
-            return None
-        code = runner.function(send, recv, runner.state, runner.handles, 0, self.tag)
-        if code == PENDING:
-            self.operation, self.finished, binding.busy = None, False, True
-            return self
-        if code == DONE:
-            return COMPLETED
-        if code == MISMATCH:
-            return None
-        return Operation.resume(runner, code, self.reduce, self.memory, self.guard, self.tag)
-
-    @property
-    def done(self) -> bool:
-        return self.finished if self.operation is None else self.operation.done
-
-    def test(self) -> bool:
-        if self.operation is None:
-            if self.finished:
-                return True
-            self._continue(PENDING)
-        return self.operation.test()
-
-    def wait(self) -> None:
-        if self.operation is None:
-            if self.finished:
-                return
-            runner = self.runner
-            code = runner.function(runner.send, runner.recv, runner.state, runner.handles,
-                                   runner.polls, self.tag)
-            if code == DONE:
-                self.finished = True
-                runner.binding.busy = False
-                return
-            self._continue(code)
-        self.operation.wait()
-
-    def _continue(self, code: int) -> None:
-        """The run, where the function left it with ``code``, to an operation."""
-        self.operation = Operation.resume(self.runner, code, self.reduce, self.memory,
-                                          self.guard, self.tag)
-
-
-class NativeStarted:
-    """The library's own collective that a compiled :class:`~.runtime.native.NativeCall`
-    posts (:meth:`post`; a persistent request posts the same object again at every start):
-    ``wait()`` and ``test()`` poll it in compiled code; one not complete within the polls
-    goes on under its deadline as every wait does (:meth:`~.runtime.native.NativeCall.finish`).
-    The arrays are held until it completes."""
-
-    __slots__ = ("call", "send", "recv", "done")
-
-    def __init__(self, call: Any):
-        self.call, self.send, self.recv, self.done = call, None, None, True
-
-    def post(self, send: Any, recv: Any) -> Any:
-        """Post the call on ``send`` (None: in place, or none) and ``recv``: the request
-        (this, or :data:`COMPLETED`), or None (nothing sent) if the call is in flight
-        already or the arrays are not as validated."""
-        call = self.call
-        if call.busy:
-            return None
-        code = call.start(recv if send is None else send, recv, call.state, call.handles, 0)
-        if code == PENDING:
-            self.send, self.recv, self.done, call.busy = send, recv, False, True
-            return self
-        if code == MISMATCH:
-            return None
-        call.finish(code, send, recv)       # (the start failed: raises)
-        return COMPLETED
-
-    def test(self) -> bool:
-        if self.done:
-            return True
-        call = self.call
-        code = call.test(call.state, call.handles, 1)
-        if code == PENDING and not call.overdue():
-            return False
-        self._finish(code)
-        return True
-
-    def wait(self) -> None:
-        if not self.done:
-            call = self.call
-            self._finish(call.test(call.state, call.handles, call.polls))
-
-    def _finish(self, code: int) -> None:
-        """Complete the call from where the compiled poll left it (``code``)."""
-        self.done = True
-        try:
-            self.call.finish(code, self.send, self.recv)
-        finally:
-            self.call.busy = False
-            self.send = self.recv = None
-
-
-class _Done:
-    """An operation complete when started: ``test()`` True, ``wait()`` returns at once."""
-
-    done = True
-
-    def test(self) -> bool:
-        return True
-
-    def wait(self) -> None:
-        pass
-
-
-COMPLETED = _Done()

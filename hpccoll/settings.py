@@ -175,10 +175,13 @@ _listeners: list[Callable[[Settings], None]] = []
 
 
 def __getattr__(name: str) -> Any:
-    """``settings.current``: the settings in force (PEP 562: consulted only until the first
-    read has stored them as a module global, so later reads cost a plain lookup)."""
-    if name == "current":
-        return _current()
+    """``settings.current``: the settings in force, and ``settings.fast``: whether calls may
+    run on the compiled executors and repeat without validation (no check mode, no fault
+    injection), the one flag every such path reads (PEP 562: consulted only until the first
+    read has stored them as module globals, so later reads cost a plain lookup)."""
+    if name in ("current", "fast"):
+        _current()
+        return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -189,15 +192,15 @@ def _current() -> Settings:
     found = globals().get("current")
     if found is None:
         found = from_environment()
-        globals()["current"] = found
+        _install(found)
         for listener in _listeners:
             listener(found)
     return found
 
 
 def on_change(listener: Callable[[Settings], None]) -> None:
-    """Call ``listener(settings)`` now and after every :func:`configure` (the executor installs
-    its fault injection this way, only while ``stall`` is set); while a variable is bad, the
+    """Call ``listener(settings)`` now and after every :func:`configure` (every context
+    forgets its validated calls this way); while a variable is bad, the
     first call is deferred to when the settings are read (by a call, which raises)."""
     try:
         found: Settings | None = _current()
@@ -214,7 +217,6 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
     mode on or off; ``stall=(probability, seconds)`` makes this rank pause before a step at
     random, for resilience benchmarks); returns the previous settings so they can be restored
     with ``configure(**vars(previous))``."""
-    global current
     previous = _current()
     changes = {}
     if timeout is not _UNSET:
@@ -228,7 +230,14 @@ def configure(*, timeout: float | None | object = _UNSET, check: bool | object =
                 raise ValueError("stall is (probability in [0, 1], seconds >= 0)")
             stall = (float(probability), float(seconds))
         changes["stall"] = stall
-    current = replace(previous, **changes)
+    found = replace(previous, **changes)
+    _install(found)
     for listener in _listeners:
-        listener(current)
+        listener(found)
     return previous
+
+
+def _install(found: Settings) -> None:
+    """Make ``found`` the settings in force (``current``, and ``fast`` from it)."""
+    globals()["current"] = found
+    globals()["fast"] = not found.check and found.stall is None

@@ -147,7 +147,7 @@ class Binding:
         one can run it (:func:`.scheduled.runs`); None: the Python executor runs it."""
         self.uses += 1
         if self.uses == 2 and scheduled.runs(self, reduction):
-            self.runner = scheduled.Runner(self, reduction and reduction.op, self.comm, guard)
+            self.runner = scheduled.Runner(self, reduction, self.comm, guard)
         return self.runner
 
     def alive(self) -> bool:

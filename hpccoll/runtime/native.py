@@ -1,5 +1,6 @@
 """The MPI library's own collectives called from compiled code: the fast executor of
-``algorithm="native"`` (and of ``auto`` where it resolves to native) for blocking calls.
+``algorithm="native"`` (and of ``auto`` where it resolves to native) for blocking,
+non-blocking and persistent calls.
 
 One Numba-compiled function (:func:`_compiled`) posts the library's non-blocking collective
 (``MPI_Iallreduce``, ``MPI_Iallgather(v)``, ``MPI_Ialltoall(v)``, ``MPI_Ireduce_scatter``,
@@ -10,7 +11,7 @@ mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whet
 library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
 as the runtime's wait spins before it yields the core (:mod:`.progress`).  Completed, it
 probes for a revocation notice as :meth:`~hpccoll.context.Context.check_notices` does.  Not
-complete by then, it hands the request over: :meth:`NativeCall.finish` waits for it exactly as
+complete by then, :class:`NativeCall` is the call in flight: its ``wait()`` waits exactly as
 every other wait of hpccoll does (:func:`~.progress.wait_requests`: the deadline counted from
 the call's start, revocation notices, the memory left to :mod:`.abandoned` on failure), so
 the failure model is the same on both executors; only a call that completes within those
@@ -45,6 +46,7 @@ from . import abandoned, libmpi, progress
 from .kernels import computes
 from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
                      plain)
+from .progress import COMPLETED
 
 # the library's non-blocking collectives the compiled function posts (one branch each): C
 # function -> its index in libmpi.FUNCTIONS, the call's code in the state array
@@ -68,12 +70,30 @@ def posted(method: str) -> int | None:
     return POSTED.get("MPI_" + nonblocking(method))
 
 
-def runs(collective: str, dtype: np.dtype, largest: int = 0) -> bool:
-    """Whether this executor runs ``collective`` on ``dtype`` (Numba has no float16 arrays
-    on the CPU) with counts and displacements up to ``largest`` elements (C ints) with this
-    MPI library (:func:`available`)."""
-    return posted(spec(collective).mpi_name) is not None and computes(dtype) \
-        and largest <= LARGEST_COUNT and libmpi.available()
+def refusal(collective: str, dtype: np.dtype, largest: int = 0,
+            op: MPI.Op | None = None) -> str | None:
+    """Why this executor does not run ``collective`` on ``dtype`` with counts and
+    displacements up to ``largest`` elements and ``op`` (None: it does).  What it runs: a
+    collective it posts, a dtype compiled code computes with (:func:`.kernels.computes`),
+    counts that pass as C ints, an op the library predefines, an MPI library
+    :mod:`.libmpi` knows."""
+    if posted(spec(collective).mpi_name) is None:
+        return f"the compiled executor does not post {collective}"
+    if not computes(dtype):
+        return f"the compiled executor takes no {dtype}"
+    if largest > LARGEST_COUNT:
+        return "counts beyond 2^31-1 (the compiled executor passes C ints)"
+    if op is not None and not op.is_predefined:
+        return "a user-defined op"
+    if not libmpi.available():
+        return f"the compiled executor does not know this MPI library: {MPI.get_vendor()[0]}"
+    return None
+
+
+def runs(collective: str, dtype: np.dtype, largest: int = 0, op: MPI.Op | None = None
+         ) -> bool:
+    """Whether this executor runs the call (:func:`refusal` has no reason against it)."""
+    return refusal(collective, dtype, largest, op) is None
 
 
 def vectors(call: Call) -> np.ndarray:
@@ -89,10 +109,10 @@ def vectors(call: Call) -> np.ndarray:
 
 
 class NativeCall:
-    """A validated call of the library's own collective on the compiled executor: blocking,
-    :meth:`run` on its buffers (None for ``send`` when in place) of the validated dtype;
-    non-blocking, ``start(..., 0)`` posts it and :meth:`poll` / :meth:`finish` complete it
-    (one call in flight per state: ``busy``; :meth:`twin` gives another)."""
+    """A validated call of the library's own collective on the compiled executor, run by
+    :meth:`start` (the compiled executors' one entry, as :meth:`.scheduled.Runner.start`):
+    done at once, or in flight -- this object then completes it (``test()``, ``wait()``), one
+    run at a time (``busy``; :meth:`twin` gives another for a call that may overlap)."""
 
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
                  send_n: int | None, recv_n: int | None, datatype: MPI.Datatype,
@@ -116,8 +136,9 @@ class NativeCall:
                                 libmpi.handle_dtype())
         state[NOTICE_TAG], state[ANY_SOURCE] = guard.notice_tag, MPI.ANY_SOURCE
         self.polls = progress.idle_polls()
-        self.start, self.test = _compiled()
+        self.launch, self.poll = _compiled()
         self.busy = False
+        self.memory: tuple = ()         # the arrays of the run in flight
 
     def twin(self) -> "NativeCall":
         """The same call with a state of its own (for a non-blocking start while this one
@@ -126,41 +147,73 @@ class NativeCall:
         twin.state = self.state.copy()
         return twin
 
-    def run(self, send: np.ndarray | None, recv: np.ndarray) -> bool:
-        """Run the call on these buffers (of the validated dtype); False (nothing sent) if
-        they are not of the validated size, layout and writability, or overlap.  Raises as
-        the other executor does, the communicator revoked: an MPI error (as a CollectiveError)
-        of the start or while waiting, CollectiveTimeout, or another rank's
-        CommunicatorRevoked.
-        (``self.start(send or recv, recv, self.state, self.handles, self.polls)`` followed by
-        :meth:`finish` unless it returned :data:`DONE` is the same, one call less.)"""
-        return self.finish(self.start(recv if send is None else send, recv, self.state,
-                                      self.handles, self.polls), send, recv)
+    def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
+              ) -> Any:
+        """Post the call on ``send`` (None: in place, or none) and ``recv`` (None where the
+        rank's receive buffer is not used) and poll it ``polls`` times (0: post only):
+        :data:`~.progress.COMPLETED` if done, this call in flight (``test()``/``wait()``
+        complete it under the deadline), or None (nothing sent) if it is in flight already or
+        the arrays are not as validated (size, C layout, writability, no overlap; the caller
+        checks the dtype, which selects the compiled code).  Raises as the other executor
+        does, the communicator revoked: an MPI error (as a CollectiveError) of the start,
+        or another rank's CommunicatorRevoked.  (``tag``: the library tags its own
+        messages.)"""
+        if self.busy:
+            return None
+        if send is None:
+            send = recv
+        elif recv is None:
+            recv = send
+        code = self.launch(send, recv, self.state, self.handles, polls)
+        if code == DONE:
+            return COMPLETED
+        if code == MISMATCH:
+            return None
+        self.memory, self.busy = (send, recv), True
+        if code != PENDING:
+            self._finish(code)          # (the start failed, or a notice came: raises)
+        return self
+
+    def test(self) -> bool:
+        if not self.busy:
+            return True
+        code = self.poll(self.state, self.handles, 1)
+        if code == PENDING and not self.overdue():
+            return False
+        self._finish(code)
+        return True
+
+    def wait(self) -> None:
+        if self.busy:
+            self._finish(self.poll(self.state, self.handles, self.polls))
 
     def overdue(self) -> bool:
         """Whether the call in flight is past its deadline (counted from its start)."""
         deadline = self._deadline()
         return deadline is not None and time.monotonic() > deadline
 
-    def finish(self, code: int, send: np.ndarray | None, recv: np.ndarray) -> bool:
-        """:meth:`run` after the compiled function returned ``code``."""
-        if code == DONE:
-            return True
-        if code == MISMATCH:
-            return False
-        state = self.state
-        if code == START_FAILED:         # nothing posted here; peers may be waiting for it
-            raise self.guard.fail(MPI.Exception(int(state[ERROR])))
-        if code == NOTICE:
-            raise self.guard.notice()
-        memory = (send, recv)
-        request = MPI.Request.fromhandle(self._request())
-        if code == FAILED:
-            abandoned.hold(self.label, [request], *memory)
-            raise self.guard.fail(MPI.Exception(int(state[ERROR])))
-        progress.wait_requests([request], self.label, self._deadline(), memory, self.guard)
-        self.guard.check_notices()
-        return True
+    def _finish(self, code: int) -> None:
+        """Complete the run in flight from where the compiled code left it (``code``): done,
+        or waited for as every wait of hpccoll (the deadline counted from the call's start,
+        revocation notices, the memory left to :mod:`.abandoned` on failure), or raise."""
+        memory, self.memory = self.memory, ()
+        try:
+            if code == DONE:
+                return
+            state = self.state
+            if code == START_FAILED:     # nothing posted here; peers may be waiting for it
+                raise self.guard.fail(MPI.Exception(int(state[ERROR])))
+            if code == NOTICE:
+                raise self.guard.notice()
+            request = MPI.Request.fromhandle(self._request())
+            if code == FAILED:
+                abandoned.hold(self.label, [request], *memory)
+                raise self.guard.fail(MPI.Exception(int(state[ERROR])))
+            progress.wait_requests([request], self.label, self._deadline(), memory,
+                                   self.guard)
+            self.guard.check_notices()
+        finally:
+            self.busy = False
 
     def _deadline(self) -> float | None:
         """The call in flight's deadline on ``time.monotonic``'s clock."""
@@ -178,19 +231,16 @@ class NativeCall:
 
 def executor(collective: str, dtype: np.dtype) -> str:
     """Which executor runs a blocking call of ``collective`` on ``dtype`` with the native
-    algorithm on host memory (what ``hpccoll explain`` says)."""
-    kind = posted(spec(collective).mpi_name)
-    if kind is None:
-        return f"mpi4py's non-blocking {collective} (the compiled executor does not post it)"
-    if not computes(dtype):
-        return f"mpi4py's non-blocking collective (the compiled executor takes no {dtype})"
-    if not libmpi.available():
-        return ("mpi4py's non-blocking collective (the compiled executor does not know this "
-                f"MPI library: {MPI.get_vendor()[0]})")
-    return (f"compiled: {libmpi.FUNCTIONS[kind]} of {MPI.get_vendor()[0]} "
-            "called from Numba code (blocking calls on NumPy arrays, a predefined op; other "
-            "calls through mpi4py; persistent requests on host memory: the library's "
-            f"persistent {spec(collective).mpi_name}_init, started by MPI_Start)")
+    algorithm on host memory and a predefined op (what ``hpccoll explain`` says, from
+    :func:`refusal`)."""
+    reason = refusal(collective, dtype)
+    if reason is not None:
+        return f"mpi4py's non-blocking {spec(collective).mpi_name} ({reason})"
+    return (f"compiled: {libmpi.FUNCTIONS[posted(spec(collective).mpi_name)]} of "
+            f"{MPI.get_vendor()[0]} called from Numba code (NumPy arrays; a user-defined op, "
+            "or counts beyond 2^31-1, through mpi4py; persistent requests on host memory: "
+            f"the library's persistent {spec(collective).mpi_name}_init, started by "
+            "MPI_Start)")
 
 
 @lru_cache(maxsize=1)

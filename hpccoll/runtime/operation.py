@@ -9,8 +9,8 @@ A step that makes no progress for ``HPCCOLL_TIMEOUT`` seconds raises
 from.  Any failure after the first post (that, an MPI error, another rank's revocation, an
 interrupt) abandons the operation: its open receives are cancelled, everything its requests
 may still touch goes to :mod:`.abandoned`, and the guard (the communicator's context) is
-revoked.  Fault injection (``settings.stall``, for resilience benchmarks) wraps the step loop
-only while it is configured: the plain loop has none of it.
+revoked.  Fault injection (``settings.stall``, for resilience benchmarks) pauses before
+posts; while it is configured, the compiled executor is not used.
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ class Operation:
         window = binding.window
         self.steps = binding.steps_by_parity[window.flip() if window is not None else 0]
         try:
-            runner = binding.compiled(self.reduce, self.guard) \
-                if settings.current.stall is None else None
+            runner = binding.compiled(self.reduce, self.guard) if settings.fast else None
             if runner is None:
                 self._post()
             else:
@@ -82,12 +81,12 @@ class Operation:
         return self
 
     @classmethod
-    def resume(cls, runner: scheduled.Runner, code: int, reduce: kernels.Reduction | None,
-               memory: tuple, guard: Guard, tag: int) -> "Operation":
-        """The operation of a run that ``runner``'s function began outside one (tagged from
-        ``tag``) and left with ``code`` (not :data:`~.libmpi.DONE`): it takes over the
-        binding."""
-        operation = cls(runner.binding, reduce, _nothing, memory, guard, tag)
+    def resume(cls, runner: scheduled.Runner, code: int, memory: tuple, tag: int
+               ) -> "Operation":
+        """The operation of a run that ``runner`` began outside one (tagged from ``tag``, on
+        the arrays of ``memory``) and left with ``code`` (not :data:`~.libmpi.DONE`): it
+        takes over the binding."""
+        operation = cls(runner.binding, runner.reduce, _nothing, memory, runner.guard, tag)
         runner.binding.busy = True
         operation.steps = runner.binding.steps_by_parity[0]
         operation.runner = runner
@@ -137,8 +136,12 @@ class Operation:
             raise self.guard.notice()
 
     def _post(self) -> None:
-        """Post the current step (and run through steps that only compute)."""
+        """Post the current step (and run through steps that only compute), after the
+        pauses of fault injection where ``settings.stall`` asks for them."""
         steps = self.steps
+        stall = settings.current.stall
+        if stall is not None:
+            _stall(steps[self.position:], stall)
         while self.position < len(steps):
             step = steps[self.position]
             if step.sync:
@@ -326,24 +329,14 @@ def _timeout(label: str, step: CompiledStep, steps: int, requests: list[MPI.Requ
 
 
 _STALLS = random.Random(12345)      # the stall injector's dice (settings.stall)
-_post_steps = Operation._post
 
 
-def _post_with_stalls(operation: Operation) -> None:
-    """``Operation._post`` after ``settings.stall``'s random pauses: one throw of the dice per
-    step that the post runs (the steps that only compute on the way, and the one it posts)."""
-    probability, seconds = settings.current.stall
-    for step in operation.steps[operation.position:]:
+def _stall(steps: list[CompiledStep], stall: tuple[float, float]) -> None:
+    """``settings.stall``'s random pauses before a post: one throw of the dice per step
+    that the post runs (the steps that only compute on the way, and the one it posts)."""
+    probability, seconds = stall
+    for step in steps:
         if _STALLS.random() < probability:
             time.sleep(seconds)
         if step.posts or step.sync:
             break
-    _post_steps(operation)
-
-
-def _install_stalls(current: settings.Settings) -> None:
-    """The step loop with fault injection while ``stall`` is set, the plain one otherwise."""
-    Operation._post = _post_steps if current.stall is None else _post_with_stalls
-
-
-settings.on_change(_install_stalls)

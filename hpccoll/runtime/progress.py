@@ -188,3 +188,21 @@ def wait_requests(requests: list[MPI.Request], what: str, deadline: float | None
 
 def past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
+
+
+class Completed:
+    """An operation complete when started (a run of a compiled executor that finished within
+    its polls, a one-rank call's copy, a call that moves nothing): ``test()`` True, ``wait()``
+    returns at once."""
+
+    __slots__ = ()
+    done = True
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        pass
+
+
+COMPLETED = Completed()

@@ -43,6 +43,7 @@ from ..schedule import Region
 from . import buffers, libmpi, progress
 from .kernels import Reduction, computes, reduce_pair, reduce_strided
 from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
+from .progress import COMPLETED
 from .ops import terms
 
 if TYPE_CHECKING:
@@ -73,48 +74,70 @@ COPY, PAIR, STRIDED = range(3)
 COMPUTABLE = "iufc"     # element kinds the compiled work handles (booleans: when reducing)
 
 
+def refusal(dtype: np.dtype, reduces: bool, window: bool = False, on_host: bool = True,
+            largest: int = 0, op: str | None = "sum") -> str | None:
+    """Why a :class:`Runner` does not run a binding on arrays of ``dtype`` of a call that
+    ``reduces`` (with ``op``: a kernel's op name, None for an op without one), whose program
+    uses a shared ``window``, on host memory (``on_host``) or not, with messages of up to
+    ``largest`` elements (None: it does)."""
+    if window:
+        return "shared-window algorithms synchronise the node in Python"
+    if not on_host:
+        return "device arrays"
+    if not computes(dtype) or dtype.kind not in COMPUTABLE and not (dtype.kind == "b" and
+                                                                     reduces):
+        return f"the compiled executor takes no {dtype}"
+    if reduces and op is None:
+        return "an op without a compiled kernel"
+    if largest > LARGEST_COUNT:
+        return "messages beyond 2^31-1 elements (the compiled executor passes C ints)"
+    if not libmpi.available():
+        return f"the compiled executor does not know {MPI.get_vendor()[0]}"
+    return None
+
+
 def runs(binding: Binding, reduction: Reduction | None) -> bool:
     """Whether a :class:`Runner` can run ``binding`` reducing with ``reduction`` (None: the
-    call reduces nothing)."""
+    call reduces nothing): :func:`refusal` has no reason against it."""
     plan = binding.plan
-    dtype = plan.dtype
-    return binding.window is None and binding.memory_kind == buffers.HOST and \
-        computes(dtype) and (dtype.kind in COMPUTABLE or dtype.kind == "b" and
-                                 reduction is not None) and \
-        (reduction is None or reduction.op is not None) and libmpi.available() and \
-        all(t.count <= LARGEST_COUNT for _, step in plan.steps
-            for t in (*step.sends, *step.recvs))
+    largest = max((t.count for _, step in plan.steps for t in (*step.sends, *step.recvs)),
+                  default=0)
+    return refusal(plan.dtype, reduction is not None, binding.window is not None,
+                   binding.memory_kind == buffers.HOST, largest,
+                   reduction and reduction.op) is None
 
 
-def executor(family: str, dtype: np.dtype) -> str:
+def executor(family: str, dtype: np.dtype, reduces: bool) -> str:
     """Which executor runs a blocking call of an algorithm of ``family`` on host arrays of
-    ``dtype`` (what ``hpccoll explain`` says)."""
-    python = "hpccoll's schedule executor in Python"
-    if family == "csc":
-        return f"{python} (shared-window algorithms synchronise the node in Python)"
-    if not computes(dtype) or dtype.kind not in COMPUTABLE + "b":
-        return f"{python} (the compiled executor takes no {dtype})"
-    if not libmpi.available():
-        return f"{python} (the compiled executor does not know {MPI.get_vendor()[0]})"
+    ``dtype`` with a predefined op where it ``reduces`` (what ``hpccoll explain`` says,
+    from :func:`refusal`)."""
+    reason = refusal(dtype, reduces, window=family == "csc")
+    if reason is not None:
+        return f"hpccoll's schedule executor in Python ({reason})"
     return (f"compiled from a call's second run on the same buffers: each step's MPI_Irecv, "
             f"MPI_Isend and MPI_Testsome of {MPI.get_vendor()[0]}, packing, copies and "
-            "reductions in "
-            "one Numba function (host arrays, predefined ops; the first run, device arrays "
-            "and user-defined ops on the schedule executor in Python)")
+            "reductions in one Numba function (the first run, device arrays and "
+            "user-defined ops on the schedule executor in Python)")
 
 
 class Runner:
-    """A binding's steps on the compiled executor: ``function(send, recv, state, handles,
-    polls, tag)`` with the bound arrays (``send`` is ``recv`` when there is none) runs or
-    resumes the call whose first tag is ``tag``, polling a step ``polls`` times before it
-    returns :data:`PENDING` (0: post the first step and return).  It may run while ``binding.runner is`` this runner (the binding
-    not freed or abandoned) and ``binding.busy`` is false (no run in flight on it): its
-    callers check that inline, where every call counts."""
+    """A binding's steps on the compiled executor, run by :meth:`start` (the compiled
+    executors' one entry, as :meth:`.native.NativeCall.start`): done at once, or in flight
+    -- this runner then completes it (``test()``, ``wait()``), anything but a clean
+    completion in an :class:`~.operation.Operation`.  ``function(send, recv, state,
+    handles, polls, tag)`` with the bound arrays (``send`` is ``recv`` when there is none)
+    runs or resumes the call whose first tag is ``tag``, polling a step ``polls`` times
+    before it returns :data:`PENDING` (0: post the first step and return).  It may run while
+    ``binding.runner is`` this runner (the binding not freed or abandoned) and
+    ``binding.busy`` is false (no run in flight on it)."""
 
-    __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls")
+    __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls", "reduce",
+                 "guard", "tag", "memory", "operation")
 
-    def __init__(self, binding: Binding, op: str | None, comm: MPI.Comm, guard: Guard):
-        self.binding = binding
+    def __init__(self, binding: Binding, reduce: Reduction | None, comm: MPI.Comm,
+                 guard: Guard):
+        self.binding, self.reduce, self.guard = binding, reduce, guard
+        self.tag, self.memory, self.operation = 0, (), None     # the run in flight
         send, recv = binding.views["send"], binding.views["recv"]
         in_place = send.size == 0
         self.send, self.recv = (recv if in_place else send), recv
@@ -146,7 +169,59 @@ class Runner:
                                  *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
-        self.function = _compiled(op or "sum")
+        self.function = _compiled(reduce.op if reduce is not None else "sum")
+
+    def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
+              ) -> Any:
+        """Run on ``send`` (None: in place) and ``recv`` (None where the rank's receive
+        buffer is not used: the bound one stands in), tagged from ``tag``, polling each step
+        ``polls`` times (0: post the first step): :data:`~.progress.COMPLETED` if done, this
+        runner in flight (``test()``/``wait()`` complete it), or None (nothing sent) if the
+        binding is freed, abandoned or busy, or the arrays are not the bound ones.  A run
+        that fails or meets a notice raises as an operation's does."""
+        binding = self.binding
+        if binding.runner is not self or binding.busy:
+            return None
+        if recv is None:
+            recv = self.recv
+        code = self.function(recv if send is None else send, recv, self.state, self.handles,
+                             polls, tag)
+        if code == DONE:
+            return COMPLETED
+        if code == MISMATCH:
+            return None
+        self.tag, self.memory = tag, (send, recv)
+        if code == PENDING:
+            self.operation, binding.busy = None, True
+            return self
+        return self._continue(code)         # (failed, or a notice: raises)
+
+    def test(self) -> bool:
+        if self.operation is None:
+            if not self.binding.busy:
+                return True
+            self._continue(PENDING)
+        return self.operation.test()
+
+    def wait(self) -> None:
+        if self.operation is None:
+            if not self.binding.busy:
+                return
+            code = self.function(self.send, self.recv, self.state, self.handles, self.polls,
+                                 self.tag)
+            if code == DONE:
+                self.binding.busy, self.memory = False, ()
+                return
+            self._continue(code)
+        self.operation.wait()
+
+    def _continue(self, code: int) -> Any:
+        """The run, where the function left it with ``code``, to an operation (which holds
+        the arrays meanwhile)."""
+        from .operation import Operation        # (operation.py imports this module)
+        memory, self.memory = self.memory, ()
+        self.operation = Operation.resume(self, code, memory, self.tag)
+        return self.operation
 
     def step(self) -> int:
         """The step the run is at (an index into the binding's steps)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..collectives import NAMES as COLLECTIVES
+from ..collectives import NAMES as COLLECTIVES, spec
 from . import arguments
 from .launcher import note_if_alone
 
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     elif "mpi4py.MPI" in sys.modules:           # in a job: this library's answer
         from ..runtime import scheduled
         family = registry.get(args.collective, decision.algorithm).family
-        print(f"executor: {scheduled.executor(family, np.dtype(args.dtype))}")
+        reduces = spec(args.collective).reduces
+        print(f"executor: {scheduled.executor(family, np.dtype(args.dtype), reduces)}")
     else:                                       # --ranks given: MPI is not initialised
         print("executor: hpccoll's schedule executor, compiled from a call's second run on "
               "the same buffers where the MPI library is MPICH or Open MPI, the arrays host "

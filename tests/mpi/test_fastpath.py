@@ -175,14 +175,16 @@ def test_zero_size_calls_among_real_ones(mpi_ranks, comm):
             empty = [np.empty(0, np.int64)] * (1 if collective == "bcast" else 2)
             for k in range(3):
                 request = getattr(hpccoll, "i" + collective)(comm, *empty, algorithm=algorithm)
+                started = request._operation
                 request.wait()
-                assert k == 0 or request._operation is COMPLETED, (collective, algorithm, k)
+                assert k == 0 or started is COMPLETED, (collective, algorithm, k)
             persistent = getattr(hpccoll, collective + "_init")(comm, *empty,
                                                                  algorithm=algorithm)
             for k in range(2):
                 persistent.start()
+                started = persistent._operation
                 persistent.wait()
-                assert persistent._operation is COMPLETED, (collective, algorithm, k)
+                assert started is COMPLETED, (collective, algorithm, k)
             persistent.free()
             if collective == "bcast":
                 continue
@@ -404,8 +406,7 @@ def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, mo
             with monkeypatch.context() as patch:
                 patch.setattr(api, "prepare", refused)
                 patch.setattr(api.LastCall, "run", refused)
-                patch.setattr(api._last_calls[collective], "compiled", None)
-                patch.setattr(api._last_calls[collective], "runner", None)
+                patch.setattr(api._last_calls[collective], "executor", None)
                 for k in range(3):
                     send[:] = np.arange(n) * (k + 1)
                     recv[:] = -1
@@ -498,8 +499,7 @@ def test_failure_model_on_the_compiled_executor(mpi_ranks, comm):
             for _ in range(3):
                 hpccoll.allreduce(comm, x, y, algorithm=algorithm)
             last = api._last_calls["allreduce"]
-            assert libmpi.available() <= ((last.compiled if algorithm == "native" else
-                                           last.runner) is not None)
+            assert libmpi.available() <= (last.executor is not None)
             previous = hpccoll.configure(timeout=1)
             try:
                 for _ in range(3):
@@ -625,7 +625,7 @@ def test_compiled_scheduled_executor_on_every_algorithm(mpi_ranks, comm):
                         assert np.array_equal(recv, want), \
                             (collective, algorithm, dtype, op, n, repeat, recv, want)
                     if libmpi.available():
-                        assert api._last_calls[collective].runner is not None, \
+                        assert api._last_calls[collective].executor is not None, \
                             (collective, algorithm, dtype)
             if collective == "allreduce":
                 for repeat in range(3):
@@ -649,6 +649,7 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     import hpccoll
     from hpccoll.requests import NativePersistent
     from hpccoll.runtime import libmpi
+    from hpccoll.runtime.scheduled import Runner
     from mpi4py import MPI
     p, r = comm.size, comm.rank
     seed = iter(range(100_000))
@@ -694,18 +695,18 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
                         want = reduced(collective, xs, r, "sum", counts)
                     assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
                 if algorithm == "native":
-                    started = request._started
+                    started = request._executor
                     assert isinstance(started, NativePersistent), collective
-                    assert request._operation.request is started.held.request
+                    assert started.held.operation.request is started.held.request
                     request.free()
                     assert started.held.request is None
                     continue
-                fast = request._operation is request._started   # posted on the compiled one
+                fast = isinstance(request._executor, Runner)    # started on the compiled one
                 assert libmpi.available() <= fast, (collective, algorithm)
                 request.free()
     send, recv = np.ones(10), np.zeros(10)
     request = hpccoll.allreduce_init(comm, send, recv, algorithm="native")
-    held = request._started.held
+    held = request._executor.held
     request.start()
     request.wait()
     assert np.array_equal(recv, np.full(10, p)) and held.request is not None
@@ -716,27 +717,80 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
     assert MPI.Is_initialized()
 
 
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_a_completed_request_leaves_the_executor_to_later_starts(mpi_ranks, comm):
+    """A compiled executor runs one call at a time and is started again by later calls: a
+    request that completed (wait(), or test() True; functions, Comm's I-methods, a persistent
+    request on the same arrays) says so at once and never polls the run a later start put on
+    the same executor, which rank 1 holds back until rank 0 has asked the old requests (so
+    the run cannot have completed); that run completes by its own request, with the right
+    sum.  Native and a scheduled algorithm."""
+    import hpccoll
+    from hpccoll.runtime import libmpi
+    r = comm.rank
+    n = 1000
+    for algorithm in ("native", "ring"):
+        x, y = np.full(n, r + 1.0), np.zeros(n)
+        wrapped = hpccoll.Comm(comm, algorithms={"allreduce": algorithm})
+        persistent = hpccoll.allreduce_init(comm, x, y, algorithm=algorithm)
+        for _ in range(3):          # (the executors made: from here every start is on them)
+            hpccoll.iallreduce(comm, x, y, algorithm=algorithm).wait()
+            wrapped.Iallreduce(x, y).Wait()
+            persistent.start()
+            persistent.wait()
+        olds = []
+        for k in range(2):
+            old = hpccoll.iallreduce(comm, x, y, algorithm=algorithm)
+            if k:
+                old.wait()
+            while not old.test():
+                pass
+            olds.append(old.test)
+            old = wrapped.Iallreduce(x, y)
+            old.Wait()
+            olds.append(old.Test)
+        olds.append(persistent.test)
+        y[...] = 0
+        if r == 1:
+            comm.recv(source=0, tag=7)
+        later = hpccoll.iallreduce(comm, x, y, algorithm=algorithm)
+        run = later._operation
+        if r == 0:
+            assert all(test() for test in olds for _ in range(3)), algorithm
+            persistent.wait()
+            assert (run.busy if algorithm == "native" else run.binding.busy) == \
+                libmpi.available(), algorithm                # still in flight
+            comm.send(None, dest=1, tag=7)
+        later.wait()
+        assert np.all(y == 3.0), algorithm
+        persistent.free()
+
+
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
 def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
     """Non-blocking calls of every scheduled algorithm started again and again on the same
     arrays, through the functions and through hpccoll.Comm: from the third start the
-    compiled executor posts them without validation (a Started run), completed by wait()
-    or by polling test() (native: the library's call posted and polled by the compiled
-    native executor, a NativeStarted); four in flight at once (on the same send array),
-    completed in reverse order; a start where one rank passes other arrays (it validates,
-    the others take the fast path) draws the same tag slot everywhere; and bcast and reduce,
-    from every root -- each result equal to NumPy's."""
+    compiled executor posts them without validation (the binding's Runner in flight),
+    completed by wait() or by polling test() (native: the library's call posted and polled
+    by the compiled native executor, a NativeCall in flight); four in flight at once (on
+    the same send array), completed in reverse order; a start where one rank passes other
+    arrays (it validates, the others take the fast path) draws the same tag slot
+    everywhere; and bcast and reduce, from every root -- each result equal to NumPy's."""
     import hpccoll
-    from hpccoll.requests import NativeStarted, Started
+    from hpccoll.runtime.native import NativeCall
+    from hpccoll.runtime.scheduled import Runner
     from hpccoll.runtime import libmpi
     p, r = comm.size, comm.rank
     seed = iter(range(100_000))
+    started = []                # what each start returned (before its completion)
 
     def check(collective, algorithm, start, send, recv):
         xs = inputs(p, send.size, "float64", next(seed))
         send[...] = xs[r]
         recv[...] = -1
         request = start(send, recv)
+        inner = getattr(request, "_request", request)       # (Comm's: what it wraps)
+        started.append(getattr(inner, "_operation", inner))
         if next(seed) % 2:
             test = getattr(request, "Test", request.test)      # (Comm's: mpi4py's names)
             while not test():
@@ -758,12 +812,11 @@ def test_nonblocking_repeats_on_the_compiled_executor(mpi_ranks, comm):
             function = getattr(hpccoll, "i" + collective)
             for start in (lambda s, r: function(comm, s, r, algorithm=algorithm),
                           lambda s, r: method(s, r)):
-                runs = [check(collective, algorithm, start, send, recv) for _ in range(4)]
-                request = runs[-1]
-                run = request._request if isinstance(request, hpccoll.comm.CommRequest) else \
-                    request._operation
-                fast = NativeStarted if algorithm == "native" else Started
-                assert isinstance(run, fast) == libmpi.available(), (collective, algorithm)
+                for _ in range(4):
+                    check(collective, algorithm, start, send, recv)
+                fast = NativeCall if algorithm == "native" else Runner
+                assert isinstance(started[-1], fast) == libmpi.available(), (collective,
+                                                                             algorithm)
             others = [np.empty_like(recv) for _ in range(4)]
             xs = inputs(p, send.size, "float64", next(seed))
             send[...] = xs[r]
@@ -839,15 +892,15 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
             assert np.array_equal(recv, expected(collective, xs, r, "sum")), \
                 (collective, algorithm, dtype, run, "persistent")
         last = api._last_calls[collective]
-        assert last.runner is None and last.compiled is None
+        assert last.executor is None
         # (native's persistent request is the library's own, MPI-4, not compiled code)
-        assert isinstance(request._started, NativePersistent) if algorithm == "native" \
-            else request._started is None
+        assert isinstance(request._executor, NativePersistent) if algorithm == "native" \
+            else request._executor is None
         request.free()
 
     for collective, algorithm in (("allreduce", "ring"), ("alltoall", "bruck")):
         repeat(comm, collective, algorithm, "float16")
-    assert "takes no float16" in scheduled.executor("ring", np.dtype("float16"))
+    assert "takes no float16" in scheduled.executor("ring", np.dtype("float16"), True)
     monkeypatch.setattr(libmpi, "available", lambda: False)
     unknown = comm.Dup()
     try:
@@ -855,7 +908,7 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
                                       ("allreduce", "recursive_doubling"),
                                       ("alltoall", "bruck"), ("reduce_scatter", "ring")):
             repeat(unknown, collective, algorithm, "float32")
-        assert "does not know" in scheduled.executor("ring", np.dtype("float32"))
+        assert "does not know" in scheduled.executor("ring", np.dtype("float32"), False)
     finally:
         unknown.Free()
 
@@ -887,7 +940,7 @@ def test_counts_beyond_2_31_go_to_mpi4py_and_give_its_results(mpi_ranks, comm):
                 assert np.array_equal(recv[::4096], send[::4096]) and recv[-1] == send[-1], \
                     (name, algorithm, turn)
         if name.islower():
-            assert api._last_calls[name].compiled is None, name
+            assert api._last_calls[name].executor is None, name
     recv[...] = send
     recv[::4096] = 0
     hpccoll.bcast(comm, recv, root=0)                   # 1 rank: the buffer as it is

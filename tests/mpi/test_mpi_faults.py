@@ -299,10 +299,10 @@ def _mpi_error_on_the_last_rank(hpccoll, comm, x, y):
             + MPI.Exception(MPI.ERR_OTHER).Get_error_string())
     if r == p - 1:
         failed = SimpleNamespace(state=np.zeros(native.STATE_WORDS, np.int64),
-                                 guard=context(comm))
+                                 guard=context(comm), memory=(y, y), busy=True)
         failed.state[native.ERROR] = MPI.ERR_OTHER
         with pytest.raises(hpccoll.CollectiveError) as raised:
-            native.NativeCall.finish(failed, native.START_FAILED, None, y)
+            native.NativeCall._finish(failed, native.START_FAILED)
         assert type(raised.value) is hpccoll.CollectiveError
         assert str(raised.value).startswith(said)
         assert raised.value.error_class == MPI.ERR_OTHER

@@ -75,7 +75,7 @@ assert "exscan" not in collectives.SPECS and not hasattr(api, "exscan")
 assert Comm.Exscan is MPI.Intracomm.Exscan
 assert not native.runs("scan", np.dtype("float64"))
 assert native.executor("scan", np.dtype("float64")) == \
-    "mpi4py's non-blocking scan (the compiled executor does not post it)"
+    "mpi4py's non-blocking Scan (the compiled executor does not post scan)"
 
 # its planner, its settings variable, and auto's choice by the cost model
 assert [a.name for a in registry.algorithms("scan")] == ["linear"]
