@@ -67,7 +67,7 @@ class PersistentRequest(Request):
     first run."""
 
     __slots__ = ("_prepared", "_send", "_recv", "_slot", "_tag", "_freed", "_executor",
-                 "_copy", "_arrays")
+                 "_copy", "_arguments")
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
@@ -79,7 +79,8 @@ class PersistentRequest(Request):
         self._copy = None       # one rank, a scheduled algorithm: (recv, send) flat views
         if prepared.local_copy and sendbuf is not None:
             self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
-        self._arrays = (sendbuf, None if prepared.ignores_recv else recvbuf)
+        # what a start passes its executor (one tuple: a call that adds to it is slower)
+        self._arguments = (sendbuf, None if prepared.ignores_recv else recvbuf, self._tag, 0)
         if prepared.plan is None and not prepared.moves_nothing:
             self._executor = NativePersistent.of(prepared, sendbuf, recvbuf)
             if self._executor is None and prepared.compiled is not None:
@@ -92,14 +93,15 @@ class PersistentRequest(Request):
     def start(self) -> None:
         if self._freed:
             raise RuntimeError("persistent collective started after free()")
-        if self.active:
+        operation = self._operation
+        if operation is not None and operation is not COMPLETED:       # (active)
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
         prepared = self._prepared
         if settings.fast and prepared.ctx.revoked is None:
             executor = self._executor
             if executor is not None:
-                run = executor.start(*self._arrays, self._tag, 0)
+                run = executor.start(*self._arguments)
                 if run is not None:
                     self._operation = run
                     return
@@ -114,7 +116,7 @@ class PersistentRequest(Request):
             runner = operation.runner
             if runner is not None:
                 self._executor = runner
-                self._arrays = (runner.send, runner.recv)
+                self._arguments = (runner.send, runner.recv, self._tag, 0)
 
     def test(self) -> bool:
         operation = self._operation
