@@ -48,7 +48,7 @@ from mpi4py import MPI
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
-from .requests import Request
+from .runtime.progress import COMPLETED
 from .collectives import Collective, nonblocking, on_add, spec
 from .context import check_comm
 
@@ -86,20 +86,26 @@ def _methods(collective: Collective) -> list[_Method]:
 
 class CommRequest:
     """What ``hpccoll.Comm``'s ``I...`` methods return: hpccoll's non-blocking collective (its
-    operation, or a :class:`hpccoll.Request` around a run of a compiled executor, which is
-    started again by later calls: what has ``test()`` and ``wait()``) with mpi4py's
-    Request methods: ``Wait()``, ``Test()``, and the lower-case ``wait()`` (None) and
-    ``test()`` (``(flag, None)``).  ``MPI.Request.Waitall`` and its kin do not take it (it is
-    not an MPI request)."""
+    operation, or a compiled executor's run in flight: what has ``test()`` and ``wait()``)
+    with mpi4py's Request methods: ``Wait()``, ``Test()``, and the lower-case ``wait()``
+    (None) and ``test()`` (``(flag, None)``).  Once complete it no longer consults what it
+    holds (an executor is started again by later calls), as :class:`hpccoll.Request`.
+    ``MPI.Request.Waitall`` and its kin do not take it (it is not an MPI request)."""
+
+    __slots__ = ("_request",)
 
     def __init__(self, request: Any):
         self._request = request
 
     def Test(self, status: Any = None) -> bool:
-        return self._request.test()
+        if self._request.test():
+            self._request = COMPLETED
+            return True
+        return False
 
     def Wait(self, status: Any = None) -> bool:
         self._request.wait()
+        self._request = COMPLETED
         return True
 
     def test(self, status: Any = None) -> tuple[bool, None]:
@@ -111,11 +117,20 @@ class CommRequest:
 
 class CommPrequest(CommRequest):
     """What ``hpccoll.Comm``'s ``..._init`` methods return: hpccoll's persistent collective
-    with mpi4py's Prequest methods: ``Start()``, then ``Wait()``/``Test()``, again and again;
-    ``Free()`` releases it."""
+    (:class:`hpccoll.PersistentRequest`) with mpi4py's Prequest methods: ``Start()``, then
+    ``Wait()``/``Test()``, again and again; ``Free()`` releases it."""
+
+    __slots__ = ()
 
     def Start(self) -> None:
         self._request.start()
+
+    def Test(self, status: Any = None) -> bool:
+        return self._request.test()
+
+    def Wait(self, status: Any = None) -> bool:
+        self._request.wait()
+        return True
 
     def Free(self) -> None:
         self._request.free()
@@ -211,7 +226,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                     if last is not None:
                         started = last.start(*arrays)
                         if started is not None:
-                            return CommRequest(Request(started))
+                            return CommRequest(started)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)

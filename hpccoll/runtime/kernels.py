@@ -191,6 +191,26 @@ def computes(dtype: np.dtype) -> bool:
     return np.dtype(dtype) != np.float16
 
 
+COMPUTABLE = "iufc"     # element kinds compiled copies and reductions take (booleans: reducing)
+
+
+def work_refusal(dtype: np.dtype, reduces: bool, window: bool = False) -> str | None:
+    """Why compiled code does not run the local work of a schedule (copies, packing,
+    reductions) on ``dtype`` that ``reduces`` or not, through a node's shared ``window`` or
+    not: a shared window (its node synchronisation is Python's), a dtype it does not
+    compute with (:func:`computes`), element kinds other than integers, floats and complex
+    (booleans only when reducing); None: it does.  (What the compiled scheduled executor
+    needs of a call before the MPI library, which ``hpccoll explain`` reports even where no
+    library is loaded.)"""
+    if window:
+        return "shared-window algorithms synchronise the node in Python"
+    dtype = np.dtype(dtype)
+    if not computes(dtype) or dtype.kind not in COMPUTABLE and not (dtype.kind == "b" and
+                                                                     reduces):
+        return f"the compiled executor takes no {dtype}"
+    return None
+
+
 def reducer(op: str, dtype: np.dtype) -> Reducer:
     """``f(dst, a, b)``: ``dst[:] = a op b`` elementwise; ``dst`` may be ``a`` or ``b``."""
     if not computes(dtype):

@@ -41,7 +41,7 @@ from mpi4py import MPI
 
 from ..schedule import Region
 from . import buffers, libmpi, progress
-from .kernels import Reduction, computes, reduce_pair, reduce_strided
+from .kernels import Reduction, reduce_pair, reduce_strided, work_refusal
 from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
 from .progress import COMPLETED
 from .ops import terms
@@ -71,7 +71,6 @@ LARGEST_COUNT = 2**31 - 1           # elements in a message
 KIND, DST, A, B, COUNT, ROWS = range(6)
 OP_WORDS = 6
 COPY, PAIR, STRIDED = range(3)
-COMPUTABLE = "iufc"     # element kinds the compiled work handles (booleans: when reducing)
 
 
 def refusal(dtype: np.dtype, reduces: bool, window: bool = False, on_host: bool = True,
@@ -80,13 +79,11 @@ def refusal(dtype: np.dtype, reduces: bool, window: bool = False, on_host: bool 
     ``reduces`` (with ``op``: a kernel's op name, None for an op without one), whose program
     uses a shared ``window``, on host memory (``on_host``) or not, with messages of up to
     ``largest`` elements (None: it does)."""
-    if window:
-        return "shared-window algorithms synchronise the node in Python"
+    unworkable = work_refusal(dtype, reduces, window)
+    if unworkable is not None:
+        return unworkable
     if not on_host:
         return "device arrays"
-    if not computes(dtype) or dtype.kind not in COMPUTABLE and not (dtype.kind == "b" and
-                                                                     reduces):
-        return f"the compiled executor takes no {dtype}"
     if reduces and op is None:
         return "an op without a compiled kernel"
     if largest > LARGEST_COUNT:

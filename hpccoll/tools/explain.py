@@ -52,16 +52,21 @@ def run(args: argparse.Namespace) -> int:
     if decision.algorithm == registry.NATIVE:     # loads mpi4py.MPI (the library decides)
         from ..runtime import native
         print(f"executor: {native.executor(args.collective, np.dtype(args.dtype))}")
-    elif "mpi4py.MPI" in sys.modules:           # in a job: this library's answer
-        from ..runtime import scheduled
+    else:
         family = registry.get(args.collective, decision.algorithm).family
         reduces = spec(args.collective).reduces
-        print(f"executor: {scheduled.executor(family, np.dtype(args.dtype), reduces)}")
-    else:                                       # --ranks given: MPI is not initialised
-        print("executor: hpccoll's schedule executor, compiled from a call's second run on "
-              "the same buffers where the MPI library is MPICH or Open MPI, the arrays host "
-              "ones of a dtype other than float16 and the algorithm not a shared-window one "
-              "(run `hpccoll explain` in the job, without --ranks, for this library's answer)")
+        if "mpi4py.MPI" in sys.modules:         # in a job: this library's answer
+            from ..runtime import scheduled
+            print(f"executor: {scheduled.executor(family, np.dtype(args.dtype), reduces)}")
+        else:                                   # --ranks given: no MPI library loaded
+            from ..runtime.kernels import work_refusal
+            reason = work_refusal(np.dtype(args.dtype), reduces, window=family == "csc")
+            print("executor: hpccoll's schedule executor in Python " +
+                  (f"({reason})" if reason is not None else
+                   "for a call's first run, compiled from its second run on the same host "
+                   "buffers where the MPI library is one it knows (MPICH, Open MPI): run "
+                   "`hpccoll explain` in the job, without --ranks, for this library's "
+                   "answer"))
     machine = costmodel.machine_for(call)
     print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):

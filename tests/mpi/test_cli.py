@@ -175,8 +175,14 @@ def test_explain_uses_the_environment_then_the_cost_model():
                            "--bytes", "1M", "--ranks", "4"], capture_output=True, text=True,
                           env=env)
     assert "auto picks ring (environment: HPCCOLL_ALLGATHER_ALGORITHM=ring)" in done.stdout
-    assert "executor: hpccoll's schedule executor, compiled from a call's second run" in \
-        done.stdout and "without --ranks, for this library's answer" in done.stdout
+    assert "executor: hpccoll's schedule executor in Python for a call's first run, " \
+        "compiled from its second run" in done.stdout and \
+        "without --ranks, for this library's answer" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allgather",
+                           "--bytes", "1M", "--ranks", "4", "--dtype", "float16"],
+                          capture_output=True, text=True, env=env)
+    assert "executor: hpccoll's schedule executor in Python (the compiled executor takes no " \
+        "float16)" in done.stdout      # (the predicate the library's answer comes from too)
     one_rank = "executor: on one rank, a blocking call repeated on the arrays of the first " \
         "is NumPy's copy"
     assert one_rank not in done.stdout
