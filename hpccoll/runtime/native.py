@@ -24,9 +24,9 @@ against the validated call (size, C layout, writability, no overlap; the caller 
 dtype, which selects the compiled code), so that a repeated call needs no other validation
 in Python (:class:`NativeCall` reports a mismatch and the caller validates from scratch).
 The functions are called through their addresses read at run time (:mod:`.libmpi`), so
-the compiled code holds no address of this process and Numba caches it on disk, per dtype
-and handle width, as the other kernels; a dtype's first call in a fresh cache compiles for
-about a second.
+the compiled code holds no address of this process and Numba caches it on disk, as the
+other kernels: the posting and polling once per handle width (about a second in a fresh
+cache), the check of the buffers per dtype and layout (a fraction of that).
 """
 
 from __future__ import annotations
@@ -248,14 +248,18 @@ def _compiled() -> Any:
     """``start(send, recv, state, handles, polls)`` and ``test(state, handles, polls)``
     compiled (Numba imported on first use): post the call and poll it ``polls`` times, or
     poll the posted call; return :data:`DONE`, :data:`PENDING`, ... (see the module doc).
-    Both are module functions, ``_test`` compiled in place so that ``_start`` calls it as a
-    global: Numba keys a closure's disk cache on its cells' pickles, and a cell holding a
-    compiled function pickles differently in every process, so a ``start`` closing over
-    ``test`` missed the cache and compiled anew in every process (2.5 s a dtype)."""
-    global _test
+    ``_start`` checks the arrays (Numba specialises it for their dtypes and layouts: a few
+    lines each) and calls ``_post``, compiled once for every dtype, which posts the call and
+    calls ``_test``.  All are module functions, ``_post`` and ``_test`` compiled in place so
+    that the others call them as globals: Numba keys a closure's disk cache on its cells'
+    pickles, and a cell holding a compiled function pickles differently in every process, so
+    a ``start`` closing over ``test`` missed the cache and compiled anew in every process
+    (2.5 s a dtype)."""
+    global _test, _post
     from numba import njit
     libmpi.register()
     _test = njit(cache=True)(_test)
+    _post = njit(cache=True)(_post)
     return njit(cache=True)(_start), _test
 
 
@@ -290,6 +294,10 @@ def _start(send, recv, state, handles, polls):
             send.size and recv_n and send_at < recv_at + recv_n * itemsize and \
             recv_at < send_at + send.size * itemsize:
         return MISMATCH
+    return _post(send_at, recv_at, state, handles, polls)
+
+
+def _post(send_at, recv_at, state, handles, polls):
     request = np.int64(state.ctypes.data) + 8 * REQUEST
     function = state[FUNCTION:]
     state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)

@@ -26,9 +26,10 @@ caller binds them in Python.
 It runs where every piece is compiled: host memory, no shared window, a dtype Numba computes
 with (not float16; booleans only when reducing), an op with a kernel (MPI's predefined ones)
 an MPI library :mod:`.libmpi` knows, and messages of at most 2^31-1 elements (counts pass as
-C ints); elsewhere the Python executor runs.  The function
-is compiled per op, dtype and handle width, cached on disk (a first use in a fresh cache
-compiles for a few seconds).
+C ints); elsewhere the Python executor runs.  What it runs is compiled once per handle
+width (a first use in a fresh cache compiles for a few seconds); the check of the arrays
+before it, per dtype and layout, and a reduction per op and dtype compile in well under a
+second each; all are cached on disk.
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ if TYPE_CHECKING:
     from .executor import Binding
     from .progress import Guard
 
-# the state array's header: where the run is, then the call's constants, the tables' places
-# and the addresses of the library's functions
+# the state array's header: where the run is, then the call's constants, the tables' places,
+# the address of the op's reduction (:func:`_reducer`) and of the library's functions
 (POSITION, POSTED, REMAINING, ERROR, STEP_TIME, STEPS, SEND_AT, SEND_N, RECV_AT, RECV_N,
  IN_PLACE, NOTICE_TAG, TAG_SPAN, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE,
- MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, FUNCTION) = range(24)
+ MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCER, FUNCTION) = range(25)
 HEADER = FUNCTION + len(libmpi.FUNCTIONS)
 # a step's row: its index in the program (for its tag), its messages (first, count) among
 # the requests, its packing and local work
@@ -67,7 +68,7 @@ MESSAGE_WORDS = 4
 COMM, DATATYPE, NOTICES = range(3)  # the handles array, then the requests'
 REQUESTS = NOTICES + 1
 LARGEST_COUNT = 2**31 - 1           # elements in a message
-# a record of work: what, where to, from where (a, b), how many elements, rows
+# a record of work: what, where to, from where (a, b), how many elements (bytes to copy), rows
 KIND, DST, A, B, COUNT, ROWS = range(6)
 OP_WORDS = 6
 COPY, PAIR, STRIDED = range(3)
@@ -166,7 +167,9 @@ class Runner:
                                  *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
-        self.function = _compiled(reduce.op if reduce is not None else "sum")
+        if reduce is not None:
+            state[REDUCER] = _reducer(reduce.op, binding.plan.dtype)
+        self.function = _compiled()
 
     def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
               ) -> Any:
@@ -264,7 +267,7 @@ def _tables(binding: Binding) -> dict[str, list[tuple[int, ...]]]:
         srcs, stride = terms(op)
         n = op.dst.count
         if len(srcs) == 1:
-            ops.append((COPY, at(op.dst), at(srcs[0]), 0, n, 0))
+            ops.append((COPY, at(op.dst), at(srcs[0]), 0, n * itemsize, 0))
         elif stride is not None:
             ops.append((STRIDED, at(op.dst), at(srcs[0]), stride, n, len(srcs)))
         else:
@@ -274,8 +277,9 @@ def _tables(binding: Binding) -> dict[str, list[tuple[int, ...]]]:
     def move(regions: tuple[Region, ...], packed_at: int, gather: bool) -> None:
         for region in regions:
             packed = staging + packed_at * itemsize
-            ops.append((COPY, packed, at(region), 0, region.count, 0) if gather else
-                       (COPY, at(region), packed, 0, region.count, 0))
+            nbytes = region.count * itemsize
+            ops.append((COPY, packed, at(region), 0, nbytes, 0) if gather else
+                       (COPY, at(region), packed, 0, nbytes, 0))
             packed_at += region.count
 
     steps, messages, arrivals = [], [], []
@@ -304,97 +308,128 @@ def _tables(binding: Binding) -> dict[str, list[tuple[int, ...]]]:
     return {"steps": steps, "messages": messages, "arrivals": arrivals, "ops": ops}
 
 
-@lru_cache(maxsize=None)
-def _compiled(op: str) -> Any:
-    """``function(send, recv, state, handles, polls, tag)`` reducing with ``op``, compiled (Numba
-    imported on first use); see the module doc and :class:`Runner`."""
+@lru_cache(maxsize=1)
+def _compiled() -> Any:
+    """``function(send, recv, state, handles, polls, tag)`` compiled (Numba imported on first
+    use); see the module doc and :class:`Runner`.  :func:`_checked` checks the arrays (Numba
+    specialises it for their dtypes and layouts: a few lines each) and calls :func:`_run`,
+    compiled once for every dtype and op (copies move bytes, reductions call the C function
+    of the call's op and dtype, :func:`_reducer`, whose address the state holds).  ``_run``
+    is compiled in place, a global of ``_checked``, as :func:`.native._compiled` says why."""
+    global _run
     from numba import njit
+    libmpi.register()
+    _run = njit(cache=True)(_run)
+    return njit(cache=True)(_checked)
+
+
+def _checked(send, recv, state, handles, polls, tag):
+    if recv.size != state[RECV_N] or np.int64(recv.ctypes.data) != state[RECV_AT] or \
+            not plain(recv, True):
+        return MISMATCH
+    if state[IN_PLACE] == 0 and (
+            send.size != state[SEND_N] or np.int64(send.ctypes.data) != state[SEND_AT]
+            or not plain(send, False)):
+        return MISMATCH
+    return _run(state, handles, polls, tag)
+
+
+@lru_cache(maxsize=None)
+def _reducer(op: str, dtype: np.dtype) -> int:
+    """The address of ``int f(kind, dst, a, b, n, rows)`` reducing with ``op`` on ``dtype``
+    (compiled, cached on disk): a :data:`PAIR` record's ``dst = a op b`` over ``n`` elements,
+    or a :data:`STRIDED` one's ``rows`` sources ``b`` elements apart from ``a``."""
+    from numba import cfunc, types
     from .kernels import _jit
     _jit()                  # registers the reduction bodies
     libmpi.register()
+    like = np.empty(0, dtype)
+    word = types.int64
 
-    @njit(cache=True)
-    def function(send, recv, state, handles, polls, tag):
-        if recv.size != state[RECV_N] or np.int64(recv.ctypes.data) != state[RECV_AT] or \
-                not plain(recv, True):
-            return MISMATCH
-        if state[IN_PLACE] == 0 and (
-                send.size != state[SEND_N] or np.int64(send.ctypes.data) != state[SEND_AT]
-                or not plain(send, False)):
-            return MISMATCH
-        function = state[FUNCTION:HEADER]
-        comm, datatype = handles[COMM], handles[DATATYPE]
-        requests_at = np.int64(handles.ctypes.data) + REQUESTS * handles.itemsize
-        base = np.int64(state.ctypes.data)
-        outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
-        indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
-        undefined = state[UNDEFINED]
+    @cfunc(types.int32(word, word, word, word, word, word), cache=True)
+    def reduce(kind, dst, a, b, n, rows):
+        if kind == PAIR:
+            reduce_pair(op, carray_at(dst, n, like), carray_at(a, n, like),
+                        carray_at(b, n, like))
+        else:
+            reduce_strided(op, carray_at(dst, n, like), carray_at(a, (rows - 1) * b + n, like),
+                           b, rows)
+        return 0
 
-        def work(first, end):
-            for k in range(first, end):
-                row = state[OP_TABLE] + k * OP_WORDS
-                kind, n = state[row + KIND], state[row + COUNT]
-                dst = carray_at(state[row + DST], n, recv)
-                if kind == COPY:
-                    src = carray_at(state[row + A], n, recv)
-                    for i in range(n):
-                        dst[i] = src[i]
-                elif kind == PAIR:
-                    reduce_pair(op, dst, carray_at(state[row + A], n, recv),
-                                carray_at(state[row + B], n, recv))
-                else:
-                    stride, rows = state[row + B], state[row + ROWS]
-                    reduce_strided(op, dst, carray_at(state[row + A], (rows - 1) * stride + n,
-                                                      recv), stride, rows)
+    return reduce.address
 
-        while state[POSITION] < state[STEPS]:
-            step = state[STEP_TABLE] + state[POSITION] * STEP_WORDS
-            first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
-            if state[POSTED] == 0:
-                work(state[step + PACK_FIRST], state[step + PACK_END])
-                span = state[TAG_SPAN]
-                step_tag = np.int32(tag - tag % span + (tag + state[step + INDEX]) % span)
-                for k in range(first, first + n):
-                    row = state[MESSAGE_TABLE] + k * MESSAGE_WORDS
-                    error = c_int(function[state[row + POST]], (
-                        state[row + ADDRESS], np.int32(state[row + ELEMENTS]), datatype,
-                        np.int32(state[row + PEER]), step_tag, comm,
-                        requests_at + k * handles.itemsize))
-                    if error:
-                        state[ERROR] = error
-                        return FAILED
-                work(state[step + LOCAL_FIRST], state[step + LOCAL_END])
-                state[POSTED], state[REMAINING] = 1, n
-                state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
-                if n and polls == 0:
-                    return PENDING
-            polled = 0
-            while state[REMAINING] > 0:
-                if polled == polls:
-                    return PENDING
-                polled += 1
-                state[OUTCOUNT] = 0
-                error = c_int(function[libmpi.TESTSOME], (n, requests_at + first *
-                                                          handles.itemsize, outcount,
-                                                          indices_at, statuses))
+
+def _run(state, handles, polls, tag):
+    """The compiled executor's run from where ``state`` says it is (see :func:`_compiled`)."""
+    function = state[FUNCTION:HEADER]
+    comm, datatype = handles[COMM], handles[DATATYPE]
+    requests_at = np.int64(handles.ctypes.data) + REQUESTS * handles.itemsize
+    base = np.int64(state.ctypes.data)
+    outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
+    indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
+    undefined = state[UNDEFINED]
+    octets = state[:0].view(np.uint8)
+
+    def work(first, end):
+        for k in range(first, end):
+            row = state[OP_TABLE] + k * OP_WORDS
+            kind, n = state[row + KIND], state[row + COUNT]
+            if kind == COPY:
+                dst, src = carray_at(state[row + DST], n, octets), \
+                    carray_at(state[row + A], n, octets)
+                for i in range(n):
+                    dst[i] = src[i]
+            else:
+                c_int(state[REDUCER], (kind, state[row + DST], state[row + A], state[row + B],
+                                       n, state[row + ROWS]))
+
+    while state[POSITION] < state[STEPS]:
+        step = state[STEP_TABLE] + state[POSITION] * STEP_WORDS
+        first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
+        if state[POSTED] == 0:
+            work(state[step + PACK_FIRST], state[step + PACK_END])
+            span = state[TAG_SPAN]
+            step_tag = np.int32(tag - tag % span + (tag + state[step + INDEX]) % span)
+            for k in range(first, first + n):
+                row = state[MESSAGE_TABLE] + k * MESSAGE_WORDS
+                error = c_int(function[state[row + POST]], (
+                    state[row + ADDRESS], np.int32(state[row + ELEMENTS]), datatype,
+                    np.int32(state[row + PEER]), step_tag, comm,
+                    requests_at + k * handles.itemsize))
                 if error:
                     state[ERROR] = error
                     return FAILED
-                done = state[OUTCOUNT:OUTCOUNT + 1].view(np.int32)[0]
-                if done == undefined:           # none active: all completed
-                    break
-                indices = state[state[INDICES]:].view(np.int32)
-                for j in range(done):
-                    request = first + indices[j]
-                    arrival = state[ARRIVAL_TABLE] + 2 * request
-                    work(state[arrival], state[arrival + 1])
-                state[REMAINING] -= done
-            state[POSITION] += 1
-            state[POSTED] = 0
-        state[POSITION] = 0
-        state[FLAG] = 0
-        c_int(function[libmpi.IPROBE], (np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG]),
-                                         handles[NOTICES], flag, statuses))
-        return NOTICE if state[FLAG] else DONE
+            work(state[step + LOCAL_FIRST], state[step + LOCAL_END])
+            state[POSTED], state[REMAINING] = 1, n
+            state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
+            if n and polls == 0:
+                return PENDING
+        polled = 0
+        while state[REMAINING] > 0:
+            if polled == polls:
+                return PENDING
+            polled += 1
+            state[OUTCOUNT] = 0
+            error = c_int(function[libmpi.TESTSOME], (n, requests_at + first *
+                                                      handles.itemsize, outcount,
+                                                      indices_at, statuses))
+            if error:
+                state[ERROR] = error
+                return FAILED
+            done = state[OUTCOUNT:OUTCOUNT + 1].view(np.int32)[0]
+            if done == undefined:           # none active: all completed
+                break
+            indices = state[state[INDICES]:].view(np.int32)
+            for j in range(done):
+                request = first + indices[j]
+                arrival = state[ARRIVAL_TABLE] + 2 * request
+                work(state[arrival], state[arrival + 1])
+            state[REMAINING] -= done
+        state[POSITION] += 1
+        state[POSTED] = 0
+    state[POSITION] = 0
+    state[FLAG] = 0
+    c_int(function[libmpi.IPROBE], (np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG]),
+                                     handles[NOTICES], flag, statuses))
+    return NOTICE if state[FLAG] else DONE
 
-    return function
