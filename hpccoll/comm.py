@@ -17,7 +17,8 @@ buffer-protocol object or GPU array), read as mpi4py reads them and viewed, neve
 flat arrays of the datatype's NumPy type.
 
 A call hpccoll cannot run goes to MPI's own collective with the same arguments, so its result
-is always MPI's; the logger ``hpccoll`` says which call and why at DEBUG level.  Those are:
+is always MPI's; the logger ``hpccoll`` says which call and why at DEBUG level (when the
+method decides it, not on the alike calls after it).  Those are:
 ops hpccoll lacks (MAXLOC, MINLOC, REPLACE, NO_OP, user-defined), datatypes without a NumPy
 element type hpccoll supports (derived, pair types, long double, ...), reductions on the
 untyped MPI.BYTE and MPI.PACKED, send and receive types that differ in a transfer, layouts
@@ -214,8 +215,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
         reading = self._readings.get(name)
         if reading is not None:
             arrays = reading.arrays(values)
-            if arrays is NATIVE:
-                log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reading.reason)
+            if arrays is NATIVE:            # (logged when it was decided)
                 return getattr(self._mpi, name)(self, *values)
             if arrays is not None:
                 last = reading.last
@@ -235,7 +235,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
         except NotRun as reason:
             log.debug("hpccoll.Comm.%s: MPI's own collective (%s)", name, reason)
             check_mpi_takes(values[:buffers], name, reason)
-            self._readings[name] = NativeReading.of(values, reason)
+            self._readings[name] = NativeReading.of(values, reason, buffers)
             return getattr(self._mpi, name)(self, *values)
         reading = self._readings[name] = Reading.of(call, values, buffers,
                                                     blocking or nonblocking_form)

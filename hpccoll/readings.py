@@ -190,31 +190,48 @@ def _as_passed(call: Call, values: tuple, buffers: int, rest: Any
             buffers == 2 and not (type(send) is _NDARRAY and send is call.send and
                                   send.ndim == 1):
         return None
+    return _same_arrays(values, buffers, rest, layout=False, found=None)
+
+
+def _same_arrays(values: tuple, buffers: int, rest: tuple, layout: bool, found: Any
+                 ) -> Callable[[tuple], Any]:
+    """``alike(values)`` for calls whose ``buffers`` first values are NumPy arrays, as in
+    ``values``, and the others ``rest``: ``found`` (None: the arrays, ``(send, recv)``,
+    send None for one buffer) where ``values`` has arrays of the same dtypes and shapes (and
+    layout flags: ``layout``) in their places and values equal to ``rest`` after them; else
+    None.  One function for both numbers of buffers, for speed."""
+    recv = values[buffers - 1]
     recv_dtype, recv_shape = recv.dtype, recv.shape
+    recv_flags = recv.flags.num & _LAYOUT_FLAGS
     if buffers == 1:
-        def one_buffer(values: tuple) -> tuple[None, Any] | None:
+        def one_buffer(values: tuple) -> Any:
             try:
                 value = values[0]
                 if values[1:] != rest or type(value) is not _NDARRAY or \
-                        value.dtype is not recv_dtype or value.shape != recv_shape:
+                        value.dtype is not recv_dtype or value.shape != recv_shape or \
+                        layout and value.flags.num & _LAYOUT_FLAGS != recv_flags:
                     return None
             except (TypeError, ValueError):
                 return None
-            return None, value
+            return (None, value) if found is None else found
         return one_buffer
+    send = values[0]
     send_dtype, send_shape = send.dtype, send.shape
+    send_flags = send.flags.num & _LAYOUT_FLAGS
 
-    def two_buffers(values: tuple) -> tuple[Any, Any] | None:
+    def two_buffers(values: tuple) -> Any:
         try:
             send, recv = values[0], values[1]
             if values[2:] != rest or type(send) is not _NDARRAY or \
                     type(recv) is not _NDARRAY or send.dtype is not send_dtype or \
                     recv.dtype is not recv_dtype or send.shape != send_shape or \
-                    recv.shape != recv_shape:
+                    recv.shape != recv_shape or layout and (
+                        send.flags.num & _LAYOUT_FLAGS != send_flags or
+                        recv.flags.num & _LAYOUT_FLAGS != recv_flags):
                 return None
         except (TypeError, ValueError):
             return None
-        return send, recv
+        return (send, recv) if found is None else found
     return two_buffers
 
 
@@ -263,24 +280,32 @@ def _plain_rest(value: Any) -> Any:
 
 class NativeReading:
     """A call that went to MPI's own collective (for ``reason``), by the likeness of its
-    arguments: :meth:`arrays` gives NATIVE for a call alike in everything reading looks at
+    arguments: :attr:`arrays` gives NATIVE for a call alike in everything reading looks at
     (so reading it would send it there again), None otherwise.  A plain value (an op, a
     datatype, a number, ...) is its own likeness: the very object again is alike at once."""
 
-    __slots__ = ("likeness", "plain", "rests", "reason")
+    __slots__ = ("likeness", "plain", "rests", "reason", "arrays")
 
-    def __init__(self, values: tuple, likeness: tuple, reason: Exception):
+    def __init__(self, values: tuple, likeness: tuple, reason: Exception, buffers: int):
         self.likeness, self.reason = likeness, reason
         self.plain = tuple(like is value for like, value in zip(likeness, values))
         self.rests = tuple(map(_plain_rest, values))
+        # the commonest hand-over (NumPy arrays passed as they are, plain values after them:
+        # a user-defined op) in one function; any other through the likeness of each value
+        plain_arrays = all(type(value) is _NDARRAY for value in values[:buffers]) and \
+            all(self.plain[buffers:])
+        self.arrays = _same_arrays(values, buffers, values[buffers:], layout=True,
+                                   found=NATIVE) if plain_arrays else self._alike
 
     @staticmethod
-    def of(values: tuple, reason: Exception) -> NativeReading | None:
+    def of(values: tuple, reason: Exception, buffers: int) -> NativeReading | None:
+        """The reading of a call handed to MPI for ``reason`` from ``values``, whose first
+        ``buffers`` are its buffer arguments (None where they cannot be compared)."""
         likeness = tuple(map(_likeness, values))
         return None if any(item is MISS for item in likeness) else \
-            NativeReading(values, likeness, reason)
+            NativeReading(values, likeness, reason, buffers)
 
-    def arrays(self, values: tuple) -> Any:
+    def _alike(self, values: tuple) -> Any:
         if len(values) != len(self.likeness):
             return None
         try:
