@@ -52,10 +52,11 @@ if TYPE_CHECKING:
     from .progress import Guard
 
 # the state array's header: where the run is, then the call's constants, the tables' places,
-# the address of the op's reduction (:func:`_reducer`) and of the library's functions
+# the addresses of the op's reductions (:func:`_reducer`) and of the library's functions
 (POSITION, POSTED, REMAINING, ERROR, STEP_TIME, STEPS, SEND_AT, SEND_N, RECV_AT, RECV_N,
  IN_PLACE, NOTICE_TAG, TAG_SPAN, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE,
- MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCER, FUNCTION) = range(25)
+ MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCE_PAIR, REDUCE_ROWS,
+ FUNCTION) = range(26)
 HEADER = FUNCTION + len(libmpi.FUNCTIONS)
 # a step's row: its index in the program (for its tag), its messages (first, count) among
 # the requests, its packing and local work
@@ -167,8 +168,10 @@ class Runner:
                                  *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
-        if reduce is not None:
-            state[REDUCER] = _reducer(reduce.op, binding.plan.dtype)
+        if reduce is not None:          # (compiled for the kinds of reduction it has)
+            for kind in {row[KIND] for row in tables["ops"]} - {COPY}:
+                state[REDUCE_PAIR + kind - PAIR] = _reducer(reduce.op, binding.plan.dtype,
+                                                            kind)
         self.function = _compiled()
 
     def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
@@ -313,8 +316,8 @@ def _compiled() -> Any:
     """``function(send, recv, state, handles, polls, tag)`` compiled (Numba imported on first
     use); see the module doc and :class:`Runner`.  :func:`_checked` checks the arrays (Numba
     specialises it for their dtypes and layouts: a few lines each) and calls :func:`_run`,
-    compiled once for every dtype and op (copies move bytes, reductions call the C function
-    of the call's op and dtype, :func:`_reducer`, whose address the state holds).  ``_run``
+    compiled once for every dtype and op (copies move bytes, reductions call the C functions
+    of the call's op and dtype, :func:`_reducer`, whose addresses the state holds).  ``_run``
     is compiled in place, a global of ``_checked``, as :func:`.native._compiled` says why."""
     global _run
     from numba import njit
@@ -335,10 +338,10 @@ def _checked(send, recv, state, handles, polls, tag):
 
 
 @lru_cache(maxsize=None)
-def _reducer(op: str, dtype: np.dtype) -> int:
-    """The address of ``int f(kind, dst, a, b, n, rows)`` reducing with ``op`` on ``dtype``
-    (compiled, cached on disk): a :data:`PAIR` record's ``dst = a op b`` over ``n`` elements,
-    or a :data:`STRIDED` one's ``rows`` sources ``b`` elements apart from ``a``."""
+def _reducer(op: str, dtype: np.dtype, kind: int) -> int:
+    """The address of ``int f(dst, a, b, n, rows)`` reducing with ``op`` on ``dtype``
+    (compiled, cached on disk) the records of ``kind``: :data:`PAIR`, ``dst = a op b`` over
+    ``n`` elements, or :data:`STRIDED`, ``rows`` sources ``b`` elements apart from ``a``."""
     from numba import cfunc, types
     from .kernels import _jit
     _jit()                  # registers the reduction bodies
@@ -346,17 +349,17 @@ def _reducer(op: str, dtype: np.dtype) -> int:
     like = np.empty(0, dtype)
     word = types.int64
 
-    @cfunc(types.int32(word, word, word, word, word, word), cache=True)
-    def reduce(kind, dst, a, b, n, rows):
-        if kind == PAIR:
+    if kind == PAIR:
+        def reduce(dst, a, b, n, rows):
             reduce_pair(op, carray_at(dst, n, like), carray_at(a, n, like),
                         carray_at(b, n, like))
-        else:
+            return 0
+    else:
+        def reduce(dst, a, b, n, rows):
             reduce_strided(op, carray_at(dst, n, like), carray_at(a, (rows - 1) * b + n, like),
                            b, rows)
-        return 0
-
-    return reduce.address
+            return 0
+    return cfunc(types.int32(word, word, word, word, word), cache=True)(reduce).address
 
 
 def _run(state, handles, polls, tag):
@@ -380,8 +383,9 @@ def _run(state, handles, polls, tag):
                 for i in range(n):
                     dst[i] = src[i]
             else:
-                c_int(state[REDUCER], (kind, state[row + DST], state[row + A], state[row + B],
-                                       n, state[row + ROWS]))
+                c_int(state[REDUCE_PAIR + kind - PAIR], (state[row + DST], state[row + A],
+                                                          state[row + B], n,
+                                                          state[row + ROWS]))
 
     while state[POSITION] < state[STEPS]:
         step = state[STEP_TABLE] + state[POSITION] * STEP_WORDS
