@@ -199,7 +199,7 @@ def _same_arrays(values: tuple, buffers: int, rest: tuple, layout: bool, found: 
     ``values``, and the others ``rest``: ``found`` (None: the arrays, ``(send, recv)``,
     send None for one buffer) where ``values`` has arrays of the same dtypes and shapes (and
     layout flags: ``layout``) in their places and values equal to ``rest`` after them; else
-    None.  One function for both numbers of buffers, for speed."""
+    None.  One comparison chain per number of buffers, for speed."""
     recv = values[buffers - 1]
     recv_dtype, recv_shape = recv.dtype, recv.shape
     recv_flags = recv.flags.num & _LAYOUT_FLAGS
