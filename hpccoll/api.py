@@ -23,6 +23,8 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request
+from .runtime.entry import Entry
+from .runtime.libmpi import DONE, MISMATCH
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
 from .runtime.scheduled import Runner
@@ -55,7 +57,7 @@ class LastCall:
     __slots__ = ("comm", "no_send", "send_rest", "recv_rest", "op", "root", "counts",
                  "algorithm", "prepared", "ctx", "calls", "executor", "starter", "send_n",
                  "recv_n", "dtype", "ignores_recv", "alone", "sent", "received", "shape",
-                 "moves_nothing", "tag")
+                 "moves_nothing", "tag", "entry")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None,
@@ -85,6 +87,7 @@ class LastCall:
             self.sent = nothing if send is None else weakref.ref(send)
             self.received = weakref.ref(recv)
         self.shape = recv.shape
+        self.entry: Entry | None = None     # the C entry serving this call's repeats
         prepared.ctx.remember(prepared, prepared)
 
     @staticmethod
@@ -189,6 +192,27 @@ class LastCall:
         runner serves the next repeats and starts."""
         if self.prepared.compiled is None:
             self.executor = self.starter = getattr(operation, "runner", None)
+            if self.entry is not None:
+                self.serve(self.entry)
+
+    def serve(self, entry: Entry) -> None:
+        """Let ``entry`` serve this call's blocking repeats (it declines every call if the
+        repeat needs Python: one rank's copy, nothing moved, the Python executor)."""
+        self.entry, executor = entry, self.executor
+        if executor is None or self.alone or self.moves_nothing:
+            entry.disarm()
+            return
+        function, state, handles, send, recv = executor.entry()
+        entry.arm((self.comm, self.op, self.root, self.algorithm, self.counts, self.no_send,
+                   self.send_rest, self.recv_rest, self.dtype, self.send_n is not None,
+                   self.ignores_recv),
+                  (self.calls, self.prepared, executor, state, handles, self.finish, function,
+                   state.ctypes.data, state.size, handles.ctypes.data, handles.size,
+                   executor.polls, self.tag, DONE, MISMATCH, send, recv))
+
+    def finish(self, code: int, send: np.ndarray | None, recv: np.ndarray | None) -> None:
+        """Complete the repeat the C entry left in flight with ``code`` on the executor."""
+        self.executor.resume(code, send, recv, self.tag).wait()
 
     def alike(self, array: np.ndarray | None, size: int | None, write: bool = False) -> bool:
         """Whether ``array`` is as validated: size, C layout (and writable)."""
@@ -200,6 +224,7 @@ class LastCall:
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+_entries: dict[str, Entry] = {}             # collective -> the C entry of its repeats
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _NDARRAY = np.ndarray                       # (read on every call)
 _COUNTS_TYPES = (type(None), list, tuple)    # counts a repeat compares by value
@@ -266,8 +291,12 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
     arrays = _again(last, comm, sendbuf, recvbuf, counts, op, root, algorithm, options)
     if arrays is not _NOT_AGAIN and last.repeat(*arrays):
         return
-    run_prepared(*_validated(_last_calls, collective, comm, sendbuf, recvbuf, counts, op, root,
-                             algorithm, options))
+    prepared, send, recv = _validated(_last_calls, collective, comm, sendbuf, recvbuf, counts, op,
+                                      root, algorithm, options)
+    last = _last_calls.get(collective)
+    if last is not None and last.prepared is prepared:
+        last.serve(_entries[collective])
+    run_prepared(prepared, send, recv)
 
 
 def _validated(last_calls: dict[str, LastCall], collective: str, comm: Any, sendbuf: Any,
@@ -333,7 +362,8 @@ def init_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw
 
 _OP_DEFAULT = MPI.SUM                       # the reductions' default op
 _FORMS = (      # (function name, the call its body makes, return type, docstring)
-    ("{name}", "run_collective", "None", "{doc}"),
+    ("{name}", "if not _entry_{name}(comm, {buffers}, {rest}):\n        run_collective", "None",
+     "{doc}"),
     ("i{name}", "return start_collective", "Request", "Non-blocking :func:`{name}`."),
     ("{name}_init", "return init_collective", "PersistentRequest",
      "Persistent :func:`{name}`: plan once, ``start()``/``wait()`` many times."),
@@ -372,10 +402,12 @@ def _define(spec: Collective) -> None:
               "root": "root" if spec.rooted else "0", "algorithm": "algorithm",
               "options": "options"}
     buffers = "None, buf" if spec.one_buffer else "sendbuf, recvbuf"
+    _entries[spec.name] = globals()[f"_entry_{spec.name}"] = Entry()
     for function, call, returns, doc in _FORMS:
         function = function.format(name=spec.name)
         rest = ", ".join(f"{k}={v}" for k, v in passed.items()) \
             if call.endswith("init_collective") else ", ".join(passed.values())
+        call = call.format(name=spec.name, buffers=buffers, rest=rest)
         source = f"def {function}({listed}):\n    {call}({spec.name!r}, comm, {buffers}, {rest})\n"
         where = f"<hpccoll.api: {function}>"        # (its source, for tracebacks and inspect)
         linecache.cache[where] = (len(source), None, source.splitlines(True), where)

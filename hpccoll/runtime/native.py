@@ -45,7 +45,7 @@ from ..schedule import Call, offsets
 from . import abandoned, libmpi, progress
 from .kernels import computes
 from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
-                     plain)
+                     carray_at, plain)
 from .progress import COMPLETED
 
 # the library's non-blocking collectives the compiled function posts (one branch each): C
@@ -169,10 +169,26 @@ class NativeCall:
             return COMPLETED
         if code == MISMATCH:
             return None
+        return self.resume(code, send, recv, tag)
+
+    def resume(self, code: int, send: Any, recv: Any, tag: int) -> "NativeCall":
+        """This call, which the compiled function left with ``code`` (neither done nor a
+        mismatch) on ``send`` and ``recv``, in flight (raises if the start failed or a notice
+        came)."""
         self.memory, self.busy = (send, recv), True
         if code != PENDING:
-            self._finish(code)          # (the start failed, or a notice came: raises)
+            self._finish(code)
         return self
+
+    def entry(self) -> tuple:
+        """What the C entry runs this call with (:mod:`.entry`): the compiled function's
+        address, the state, the handles, and per buffer (send, recv) the elements taken from
+        the caller and the address it must have (0: any), or -1 and the address passed
+        instead (in place, or not used)."""
+        state = self.state
+        send = (-1, int(state[IN_PLACE])) if state[IN_PLACE] else (int(state[SEND_N]), 0)
+        recv = (-1, 0) if state[RECV_N] < 0 else (int(state[RECV_N]), 0)
+        return entry_function(), state, self.handles, send, recv
 
     def test(self) -> bool:
         if not self.busy:
@@ -241,6 +257,23 @@ def executor(collective: str, dtype: np.dtype) -> str:
             "or counts beyond 2^31-1, through mpi4py; persistent requests on host memory: "
             f"the library's persistent {spec(collective).mpi_name}_init, started by "
             "MPI_Start)")
+
+
+@lru_cache(maxsize=1)
+def entry_function() -> int:
+    """The address of ``int64 run(send_at, recv_at, state_at, state_n, handles_at, handles_n,
+    polls, tag)``: :func:`_post` on the arrays at those addresses (the checks of the buffers
+    made by the caller, the C entry of :mod:`.entry`; the tag unused: the library tags its
+    own messages).  Compiled once per handle width, cached on disk."""
+    from numba import cfunc, types
+    _compiled()
+    like_state, like_handles = np.empty(0, np.int64), np.empty(0, libmpi.handle_dtype())
+
+    @cfunc(types.int64(*[types.int64] * 8), cache=True)
+    def run(send_at, recv_at, state_at, state_n, handles_at, handles_n, polls, tag):
+        return _post(send_at, recv_at, carray_at(state_at, state_n, like_state),
+                     carray_at(handles_at, handles_n, like_handles), polls)
+    return run.address
 
 
 @lru_cache(maxsize=1)

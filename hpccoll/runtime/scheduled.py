@@ -182,8 +182,7 @@ class Runner:
         runner in flight (``test()``/``wait()`` complete it), or None (nothing sent) if the
         binding is freed, abandoned or busy, or the arrays are not the bound ones.  A run
         that fails or meets a notice raises as an operation's does."""
-        binding = self.binding
-        if binding.runner is not self or binding.busy:
+        if self.busy:
             return None
         if recv is None:
             recv = self.recv
@@ -193,11 +192,32 @@ class Runner:
             return COMPLETED
         if code == MISMATCH:
             return None
+        return self.resume(code, send, recv, tag)
+
+    def resume(self, code: int, send: Any, recv: Any, tag: int) -> Any:
+        """The run the compiled function left with ``code`` (neither done nor a mismatch)
+        on ``send`` and ``recv``, tagged from ``tag``: this runner in flight, or an
+        operation (a failure, a notice: raises there)."""
         self.tag, self.memory = tag, (send, recv)
         if code == PENDING:
-            self.operation, binding.busy = None, True
+            self.operation, self.binding.busy = None, True
             return self
-        return self._continue(code)         # (failed, or a notice: raises)
+        return self._continue(code)
+
+    @property
+    def busy(self) -> bool:
+        """Whether nothing may run on this runner now: a run in flight on its binding, or
+        the binding freed or abandoned."""
+        binding = self.binding
+        return binding.runner is not self or binding.busy
+
+    def entry(self) -> tuple:
+        """What the C entry runs this binding with (as :meth:`.native.NativeCall.entry`
+        says): the buffers at their bound addresses only."""
+        state = self.state
+        send = (-1, 0) if state[IN_PLACE] else (int(state[SEND_N]), int(state[SEND_AT]))
+        return (entry_function(), state, self.handles, send,
+                (int(state[RECV_N]), int(state[RECV_AT])))
 
     def test(self) -> bool:
         if self.operation is None:
@@ -324,6 +344,23 @@ def _compiled() -> Any:
     libmpi.register()
     _run = njit(cache=True)(_run)
     return njit(cache=True)(_checked)
+
+
+@lru_cache(maxsize=1)
+def entry_function() -> int:
+    """The address of ``int64 run(send_at, recv_at, state_at, state_n, handles_at, handles_n,
+    polls, tag)``: :func:`_run` on the arrays at those addresses (the buffers, checked by the
+    caller against the bound ones, unused: the C entry of :mod:`.entry`).  Compiled once per
+    handle width, cached on disk."""
+    from numba import cfunc, types
+    _compiled()
+    like_state, like_handles = np.empty(0, np.int64), np.empty(0, libmpi.handle_dtype())
+
+    @cfunc(types.int64(*[types.int64] * 8), cache=True)
+    def run(send_at, recv_at, state_at, state_n, handles_at, handles_n, polls, tag):
+        return _run(carray_at(state_at, state_n, like_state),
+                    carray_at(handles_at, handles_n, like_handles), polls, tag)
+    return run.address
 
 
 def _checked(send, recv, state, handles, polls, tag):

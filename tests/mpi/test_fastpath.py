@@ -439,6 +439,119 @@ def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, mo
             assert np.array_equal(recv, send)
 
 
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, monkeypatch):
+    """A repeated blocking call on a compiled executor (native, a scheduled algorithm; arrays,
+    specs, IN_PLACE, a rooted call whose other ranks pass no receive buffer) is served by the
+    collective's C entry, without the Python path; each change of the call -- other arrays
+    (scheduled: bound to their addresses), sizes, spec numbers, dtype, op, algorithm,
+    options, a strided or read-only buffer, the validated calls forgotten -- is declined and
+    served (or refused) by the Python path; every result is NumPy's.  Then the same with
+    the entry's stand-in (a build without a C compiler), which declines everything."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import entry, libmpi
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    assert entry.COMPILED, "the C entry was not built (setup.py: it needs a C compiler)"
+    python_calls = []
+    run_collective = api.run_collective
+    monkeypatch.setattr(api, "run_collective",
+                        lambda *a: python_calls.append(a[0]) or run_collective(*a))
+    xs = [np.arange(8.0) + 10 * k for k in range(p)]
+    total = np.sum(xs, axis=0)
+
+    def served(make, want, out, through_c):
+        """Call ``make()`` four times, checking ``out`` against ``want`` each time; the last
+        two (a scheduled call runs compiled from its second repeat) served by the entry, or
+        by Python if not ``through_c``."""
+        for k in range(4):
+            python_calls.clear()
+            out[...] = -1
+            make()
+            assert np.array_equal(out, want), (k, out, want)
+            if k >= 2:
+                assert (python_calls == []) == through_c, (k, python_calls)
+
+    for stand_in in (False, True):
+        if stand_in:
+            for name in api._entries:
+                monkeypatch.setattr(api, f"_entry_{name}", entry.StandIn())
+        for algorithm in ("native", "ring"):
+            # (a scheduled call at 1 rank is a copy in Python)
+            through_c = libmpi.available() and not stand_in and (p > 1 or algorithm == "native")
+            rooted, varied = ("binomial", "pairwise") if algorithm == "ring" else (algorithm,) * 2
+            counts, displs = [2] * p, [2 * q for q in range(p)]
+            a, b = np.arange(2.0 * p) + 100 * r, np.empty(2 * p)
+            exchanged = np.concatenate([np.arange(2.0 * p)[2 * r:2 * r + 2] + 100 * q
+                                        for q in range(p)])
+            x, y, z, gathered = xs[r].copy(), np.empty(8), np.empty(8), np.empty(8 * p)
+            root_out = np.empty(8) if r == p - 1 else None
+            mine = np.empty(8) if root_out is None else root_out
+
+            def in_place():
+                z[:] = xs[r]
+                hpccoll.allreduce(comm, MPI.IN_PLACE, z, algorithm=algorithm)
+
+            def bcast():
+                if r == 0:
+                    z[:] = xs[0]
+                hpccoll.bcast(comm, z, algorithm=rooted)
+            for make, want, out in (
+                    (lambda: hpccoll.allreduce(comm, x, y, algorithm=algorithm), total, y),
+                    (lambda: hpccoll.alltoallv(comm, [a, counts, displs], [b, counts, displs],
+                                               algorithm=varied), exchanged, b),
+                    (in_place, total, z),
+                    (lambda: hpccoll.allgather(comm, x, gathered, algorithm=algorithm),
+                     np.concatenate(xs), gathered),
+                    (lambda: hpccoll.reduce(comm, x, root_out, root=p - 1, algorithm=rooted),
+                     total if r == p - 1 else np.full(8, -1.0), mine),
+                    (bcast, xs[0], z)):
+                served(make, want, out, through_c)
+            other = np.empty(8)
+            changes = [    # (the call changed, the array it writes, what it must hold)
+                (lambda: hpccoll.allreduce(comm, x.copy(), other, algorithm=algorithm),
+                 other, total),     # (other arrays: the same native call, served)
+                (lambda: hpccoll.allreduce(comm, x, y, op=MPI.MAX, algorithm=algorithm),
+                 y, np.max(xs, axis=0)),
+                (lambda: hpccoll.allreduce(comm, x, y, algorithm=algorithm, options={}),
+                 y, total),
+                (lambda: hpccoll.allreduce(comm, x[:4], y[:4], algorithm=algorithm),
+                 y[:4], total[:4]),
+                (lambda: hpccoll.alltoallv(comm, [a, tuple(counts), displs],
+                                           [b, counts, displs], algorithm=varied), b,
+                 exchanged),
+                (lambda: hpccoll.allreduce(comm, x.astype(np.float32), other[:4].view(
+                    np.float32), algorithm=algorithm), other[:4].view(np.float32),
+                 total.astype(np.float32)),
+                (lambda: hpccoll.allreduce(comm, x, y, algorithm="ring" if algorithm ==
+                                           "native" else "native"), y, total),
+            ]
+            for k, (change, out, want) in enumerate(changes):
+                for _ in range(3):
+                    hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                    hpccoll.alltoallv(comm, [a, counts, displs], [b, counts, displs],
+                                      algorithm=varied)
+                python_calls.clear()
+                out[...] = -1
+                change()
+                served_by_c = k == 0 and algorithm == "native" and through_c
+                assert bool(python_calls) != served_by_c and np.array_equal(out, want), \
+                    (algorithm, k, out, python_calls)
+            read_only = np.empty(8)
+            read_only.flags.writeable = False
+            for bad in (np.empty(16)[::2], read_only, x):
+                hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+                with pytest.raises(ValueError):
+                    hpccoll.allreduce(comm, x, bad, algorithm=algorithm)
+            for _ in range(3):
+                hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            hpccoll.configure(timeout=hpccoll.settings.current.timeout)   # forgets calls
+            python_calls.clear()
+            hpccoll.allreduce(comm, x, y, algorithm=algorithm)
+            assert python_calls == ["allreduce"] and np.array_equal(y, total)
+
+
 @pytest.mark.mpi(ranks=[1, 2], timeout=300)
 def test_bad_buffers_on_a_repeat_raise_before_sending(mpi_ranks, comm):
     """After a call has been made (the fast path armed), a repeat with a read-only, too
@@ -952,13 +1065,16 @@ import gc
 import numpy as np
 from mpi4py import MPI
 import hpccoll
+from numba.core.ccallback import CFunc
 from numba.core.registry import CPUDispatcher
-x = np.arange(1000.0)
+x, y = np.arange(1000.0), np.empty(1000)
 for algorithm in ("native", "recursive_doubling"):
-    hpccoll.allreduce(MPI.COMM_WORLD, x, np.empty_like(x), algorithm=algorithm)
+    for _ in range(3):          # (the third call on the C entry's function)
+        hpccoll.allreduce(MPI.COMM_WORLD, x, y, algorithm=algorithm)
+compiled = [d for d in gc.get_objects() if type(d) in (CPUDispatcher, CFunc)]
 if MPI.COMM_WORLD.rank == 0:
-    print(sum(sum(d.stats.cache_misses.values()) for d in gc.get_objects()
-              if isinstance(d, CPUDispatcher)))
+    print(sum(sum(d.stats.cache_misses.values()) if type(d) is CPUDispatcher else
+              d.cache_hits == 0 for d in compiled))
 """
 
 
