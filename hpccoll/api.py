@@ -23,7 +23,7 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request
-from .runtime.entry import Entry
+from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Entry
 from .runtime.libmpi import DONE, MISMATCH
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
@@ -57,7 +57,7 @@ class LastCall:
     __slots__ = ("comm", "no_send", "send_rest", "recv_rest", "op", "root", "counts",
                  "algorithm", "prepared", "ctx", "calls", "executor", "starter", "send_n",
                  "recv_n", "dtype", "ignores_recv", "alone", "sent", "received", "shape",
-                 "moves_nothing", "tag", "entry")
+                 "moves_nothing", "tag", "entry", "pattern")
 
     def __init__(self, prepared: Prepared, comm: MPI.Comm, sendbuf: Any, op: Any, root: Any,
                  algorithm: str, send: Any, recv: Any, counts: list | tuple | None = None,
@@ -87,7 +87,8 @@ class LastCall:
             self.sent = nothing if send is None else weakref.ref(send)
             self.received = weakref.ref(recv)
         self.shape = recv.shape
-        self.entry: Entry | None = None     # the C entry serving this call's repeats
+        self.entry: Entry | None = None     # the C entry serving this call's repeats,
+        self.pattern: tuple | None = None   # and its pattern of their arguments
         prepared.ctx.remember(prepared, prepared)
 
     @staticmethod
@@ -193,22 +194,42 @@ class LastCall:
         if self.prepared.compiled is None:
             self.executor = self.starter = getattr(operation, "runner", None)
             if self.entry is not None:
-                self.serve(self.entry)
+                self.serve(self.entry, self.pattern)
 
-    def serve(self, entry: Entry) -> None:
-        """Let ``entry`` serve this call's blocking repeats (it declines every call if the
-        repeat needs Python: one rank's copy, nothing moved, the Python executor)."""
-        self.entry, executor = entry, self.executor
+    def serve(self, entry: Entry, pattern: tuple | None = None) -> None:
+        """Let ``entry`` serve this call's blocking repeats, whose arguments match
+        ``pattern`` (:mod:`.runtime.entry`; None: the public function's, :meth:`pattern`).
+        It declines every call if the repeat needs Python: one rank's copy, nothing moved,
+        the Python executor."""
+        self.entry, self.pattern = entry, pattern
+        executor = self.executor
         if executor is None or self.alone or self.moves_nothing:
             entry.disarm()
             return
+        if pattern is None:
+            pattern = self.arguments()
+        elif self.ignores_recv:             # (the receive buffer: anything goes)
+            pattern = tuple((ANY, None, -1) if item[2] == 1 else item for item in pattern)
         function, state, handles, send, recv = executor.entry()
-        entry.arm((self.comm, self.op, self.root, self.algorithm, self.counts, self.no_send,
-                   self.send_rest, self.recv_rest, self.dtype, self.send_n is not None,
-                   self.ignores_recv),
+        entry.arm(pattern, self.dtype,
                   (self.calls, self.prepared, executor, state, handles, self.finish, function,
                    state.ctypes.data, state.size, handles.ctypes.data, handles.size,
                    executor.polls, self.tag, DONE, MISMATCH, send, recv))
+
+    def arguments(self) -> tuple:
+        """The pattern of this call's arguments as the public function passes them to its
+        entry: (comm, sendbuf, recvbuf, counts, op, root, algorithm, options)."""
+        if self.send_n is None:
+            send = (SAME, self.no_send, -1)
+        else:
+            send = (ARRAY, None, 0) if self.send_rest is None else (SPEC, self.send_rest, 0)
+        if self.ignores_recv:
+            recv = (ANY, None, -1)
+        else:
+            recv = (ARRAY, None, 1) if self.recv_rest is None else (SPEC, self.recv_rest, 1)
+        return ((SAME, self.comm, -1), send, recv, (EQUAL, self.counts, -1),
+                (SAME, self.op, -1), (EQUAL, self.root, -1), (EQUAL, self.algorithm, -1),
+                (SAME, None, -1))
 
     def finish(self, code: int, send: np.ndarray | None, recv: np.ndarray | None) -> None:
         """Complete the repeat the C entry left in flight with ``code`` on the executor."""

@@ -46,9 +46,12 @@ from typing import Any, Callable, Mapping
 
 from mpi4py import MPI
 
+from collections import defaultdict
+
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
+from .runtime.entry import Entry
 from .runtime.progress import COMPLETED
 from .collectives import Collective, nonblocking, on_add, spec
 from .context import check_comm
@@ -186,17 +189,30 @@ FORMS = (BLOCKING, NONBLOCKING, _Form(lambda m: m + "_init", (("info", MPI.INFO_
 
 
 def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
-                    serve: Callable[[Any, tuple], Any]) -> Callable:
-    """A function ``name(self, <parameters>)`` that returns ``serve(self, (<the arguments>,))``:
-    Python binds the arguments (and raises TypeError as for any function), with the
-    parameters' names and defaults for ``help()`` and IDEs."""
+                    serve: Callable[[Any, tuple], Any], entry: bool) -> Callable:
+    """A function ``name(self, <parameters>)`` that returns ``serve(self, (<the arguments>,))``
+    (``entry``: unless the method's C entry, ``self._entries[name]``, served the call with
+    the arguments, :mod:`.runtime.entry`): Python binds the arguments (and raises TypeError
+    as for any function), with the parameters' names and defaults for ``help()`` and IDEs."""
     defaults = {f"_default{i}": d for i, (_, d) in enumerate(parameters) if d is not _REQUIRED}
     declared = ", ".join(p if d is _REQUIRED else f"{p}=_default{i}"
                          for i, (p, d) in enumerate(parameters))
     passed = "".join(f"{p}, " for p, _ in parameters)
+    served = f"    if self._entries[{name!r}]({passed}):\n        return None\n" if entry else ""
     namespace = {"serve": serve, **defaults}
-    exec(f"def {name}(self, {declared}):\n    return serve(self, ({passed}))\n", namespace)
+    exec(f"def {name}(self, {declared}):\n{served}    return serve(self, ({passed}))\n",
+         namespace)
     return namespace[name]
+
+
+def _serve_with(entry: Entry, reading: Reading | NativeReading | None) -> None:
+    """Let ``entry`` serve the repeats of the blocking call ``reading`` read (and ran), where
+    it has a pattern and a validated call to run again; else let it serve none."""
+    last = getattr(reading, "last", None)
+    if last is None or reading.pattern is None:
+        entry.disarm()
+    else:
+        last.serve(entry, reading.pattern)
 
 
 def _collective_method(collective: _Method, form: _Form) -> Callable:
@@ -230,6 +246,8 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)
+        if blocking:
+            self._entries[name].disarm()
         try:
             call = self._read(read, values[:used])
         except NotRun as reason:
@@ -239,9 +257,12 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
             return getattr(self._mpi, name)(self, *values)
         reading = self._readings[name] = Reading.of(call, values, buffers,
                                                     blocking or nonblocking_form)
-        return run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
+        result = run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
+        if blocking:
+            _serve_with(self._entries[name], reading)
+        return result
 
-    method = _with_signature(name, parameters, serve)
+    method = _with_signature(name, parameters, serve, blocking)
     method.__qualname__ = name
     method.__doc__ = (f"mpi4py's {name}, run by hpccoll (by MPI's own collective where "
                       "hpccoll cannot run the call: see hpccoll.comm).")
@@ -285,6 +306,7 @@ class _Collectives:
     _algorithms: dict[str, str]
     _plain: MPI.Comm
     _readings: dict[str, Reading | NativeReading | None]
+    _entries: defaultdict[str, Entry]   # the C entry of each blocking method's repeats
 
     @property
     def algorithms(self) -> dict[str, str]:
@@ -301,7 +323,7 @@ class _Collectives:
         """mpi4py's Free: frees the communicator (the handle is shared, so the wrapped
         object is freed too: the user asked for it)."""
         self._mpi.Free(self)
-        self._plain, self._readings = self._mpi(self), {}
+        self._plain, self._readings, self._entries = self._mpi(self), {}, defaultdict(Entry)
 
 
 def _new(cls: type, comm: Any, algorithms: Any) -> Any:
@@ -310,7 +332,7 @@ def _new(cls: type, comm: Any, algorithms: Any) -> Any:
     checked = check_algorithms(algorithms)
     self = cls._mpi.__new__(cls, comm)
     self._algorithms = checked
-    self._plain, self._readings = cls._mpi(self), {}
+    self._plain, self._readings, self._entries = cls._mpi(self), {}, defaultdict(Entry)
     return self
 
 

@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 from .arguments import copied, frozen
 from .buffer_specs import Call
+from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC
 
 
 MISS = object()             # what a view gives for an argument unlike the one read before
@@ -124,7 +125,8 @@ class Reading:
     root or counts), and :attr:`arrays` that reads the same call again from new arguments
     cheaply.  ``last`` is free for the caller: the validated call to run again."""
 
-    __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last", "arrays")
+    __slots__ = ("call", "send", "recv", "buffers", "rest", "as_numbers", "last", "arrays",
+                 "pattern")
 
     def __init__(self, call: Call, send: Callable[[Any], Any], recv: Callable[[Any], Any],
                  buffers: int, rest: tuple, as_numbers: bool,
@@ -136,6 +138,7 @@ class Reading:
         # arrays(values): the send (None: none) and receive (None: not used) arrays of the
         # call read from ``values`` if it is the same call as the one read before, else None
         self.arrays = as_passed or self._viewed
+        self.pattern: tuple | None = None   # (set by Reading.of: see _pattern)
 
     @staticmethod
     def of(call: Call, values: tuple, buffers: int, repeated: bool) -> Reading | None:
@@ -161,8 +164,11 @@ class Reading:
             rest = copied(rest)
         except LookupError:             # counts in NumPy arrays: compared frozen
             return Reading(call, send, recv, buffers, frozen(rest), True)
-        return Reading(call, send, recv, buffers, rest, False,
-                       _as_passed(call, values, buffers, rest) if repeated else None)
+        reading = Reading(call, send, recv, buffers, rest, False,
+                          _as_passed(call, values, buffers, rest) if repeated else None)
+        if repeated:
+            reading.pattern = _pattern(call, values, buffers, rest)
+        return reading
 
     def _viewed(self, values: tuple) -> tuple[Any, Any] | None:
         """:attr:`arrays` through the buffers' views."""
@@ -191,6 +197,33 @@ def _as_passed(call: Call, values: tuple, buffers: int, rest: Any
                                   send.ndim == 1):
         return None
     return _same_arrays(values, buffers, rest, layout=False, found=None)
+
+
+def _pattern(call: Call, values: tuple, buffers: int, rest: tuple) -> tuple | None:
+    """The pattern of the arguments of ``call``, read from ``values``, as the C entry of its
+    repeats matches them (:mod:`.runtime.entry`), where reading gave the very arrays passed:
+    per buffer argument MPI.IN_PLACE, anything (not used), a flat NumPy array passed as it is
+    or as the first item of a spec of plain values; then values equal to ``rest`` (plain
+    values, copied).  None for any other call (the Python path reads it again)."""
+    pattern = []
+    used = (call.recv,) if buffers == 1 else (call.send, call.recv)
+    for buffer, (value, argument) in enumerate(zip(values, used), start=2 - buffers):
+        array = _own_array(argument)
+        if value is MPI.IN_PLACE:
+            pattern.append((SAME, value, -1))
+        elif array is None:
+            pattern.append((ANY, None, -1))
+        elif value is array and array.ndim == 1:
+            pattern.append((ARRAY, None, buffer))
+        elif type(value) in (list, tuple) and value and value[0] is array and \
+                array.ndim == 1:
+            try:
+                pattern.append((SPEC, copied(value[1:]), buffer))
+            except LookupError:         # (NumPy arrays among its numbers)
+                return None
+        else:
+            return None
+    return (*pattern, *[(EQUAL, value, -1) for value in rest])
 
 
 def _same_arrays(values: tuple, buffers: int, rest: tuple, layout: bool, found: Any

@@ -1,18 +1,18 @@
 /* The repeat of a blocking collective served from C: hpccoll.runtime.entry's compiled form.
  *
  * An Entry is armed with a validated call that runs on a compiled executor (api.LastCall):
- * the arguments a repeat must match and what the executor needs to run it (the address of
- * its Numba C function, its state and handles, what each buffer must be).  Called as the
- * public function is (comm, sendbuf, recvbuf, counts, op, root, algorithm, options), it
- * returns False, having done nothing, unless the call is the armed one again -- the same
- * communicator, op and algorithm, equal root and counts, no options, the buffers NumPy arrays
- * (or specs whose items after the array equal the armed ones) of the armed dtype, C-contiguous,
- * the receive one writable, of the validated sizes, apart (or at the bound addresses), the
- * validated call still cached and the executor free -- in which case it runs the executor's
- * function and returns True: done, or in flight and then finished by the armed Python
- * callable (the deadline, notices and failures stay with the executors' Python code).
- * These are the checks api._again, api.LastCall.repeat and the executors' compiled checks
- * make on the same call (that Python path serves every call this one declines).
+ * a pattern of the arguments a repeat passes -- per argument the same object, an equal value
+ * of the same type, a NumPy array of the call's dtype (the send or the receive buffer), a
+ * spec whose items after its array equal the armed ones, or anything (a buffer not used) --
+ * and what the executor needs to run it (the address of its Numba C function, its state and
+ * handles, what each buffer must be).  Called with the arguments, it returns False, having
+ * done nothing, unless they match the pattern, the arrays are C-contiguous (the receive one
+ * writable) of the validated sizes, apart (or at the bound addresses), the validated call is
+ * still cached and the executor free; then it runs the executor's function and returns True:
+ * done, or in flight and finished by the armed Python callable (the deadline, notices and
+ * failures stay with the executors' Python code).  These are the checks api._again,
+ * api.LastCall.repeat, hpccoll.Comm's readings and the executors' compiled checks make on
+ * the same call; the Python path serves every call this one declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,33 +31,41 @@ typedef struct {
     int write;
 } Side;
 
+/* What an argument must be: the same object, an equal value of the same type, a NumPy array
+ * of the call's dtype, a spec (list or tuple) of one whose other items equal the armed ones,
+ * or anything. */
+enum { SAME, EQUAL, ARRAY, SPEC, ANY };
+#define MOST_ARGUMENTS 8
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int armed;
-    /* the call a repeat matches (no_send: the sendbuf of a call that sends no array of its
-     * own, IN_PLACE or None; send_rest/recv_rest: a spec's items after its array, NULL for a
-     * bare array) */
-    PyObject *comm, *op, *root, *algorithm, *counts, *no_send, *send_rest, *recv_rest, *dtype;
-    int sends_array, ignores_recv;
+    /* the pattern: per argument its kind, the value it is compared with (ARRAY: none; SPEC:
+     * the items after the array), the buffer it gives (0 send, 1 receive, -1 none) */
+    Py_ssize_t arguments;
+    int kinds[MOST_ARGUMENTS], buffers[MOST_ARGUMENTS];
+    PyObject *values[MOST_ARGUMENTS], *dtype;
     /* what runs it: the validated call while `calls` holds it, on `executor` while it is not
      * busy; `finish(code, send, recv)` completes a run the function left in flight */
     PyObject *calls, *prepared, *executor, *state, *handles, *finish;
     compiled_run run;
     int64_t state_at, state_n, handles_at, handles_n, polls, tag, done, mismatch;
-    Side send, recv;
+    Side sides[2];
 } Entry;
 
 static PyObject *ndarray_type, *dtype_name, *busy_name;
 
 static void clear_call(Entry *self)
 {
+    Py_ssize_t i;
     self->armed = 0;
-    Py_CLEAR(self->comm); Py_CLEAR(self->op); Py_CLEAR(self->root); Py_CLEAR(self->algorithm);
-    Py_CLEAR(self->counts); Py_CLEAR(self->no_send); Py_CLEAR(self->send_rest);
-    Py_CLEAR(self->recv_rest); Py_CLEAR(self->dtype); Py_CLEAR(self->calls);
-    Py_CLEAR(self->prepared); Py_CLEAR(self->executor); Py_CLEAR(self->state);
-    Py_CLEAR(self->handles); Py_CLEAR(self->finish);
+    for (i = 0; i < self->arguments; i++)
+        Py_CLEAR(self->values[i]);
+    self->arguments = 0;
+    Py_CLEAR(self->dtype); Py_CLEAR(self->calls); Py_CLEAR(self->prepared);
+    Py_CLEAR(self->executor); Py_CLEAR(self->state); Py_CLEAR(self->handles);
+    Py_CLEAR(self->finish);
 }
 
 /* Whether a and b are the same, or equal (an error comparing them: not equal). */
@@ -90,21 +98,19 @@ static PyObject *spec_array(PyObject *buffer, PyObject *rest)
     return items[0];
 }
 
-/* `buffer` as the armed call's array (after its spec), or NULL (borrowed). */
-static PyObject *armed_array(Entry *self, PyObject *buffer, PyObject *rest)
+/* Whether `value` is a NumPy array of the armed dtype. */
+static int armed_array(Entry *self, PyObject *value)
 {
     PyObject *dtype;
-    if (rest != NULL && (buffer = spec_array(buffer, rest)) == NULL)
-        return NULL;
-    if (Py_TYPE(buffer) != (PyTypeObject *)ndarray_type)
-        return NULL;
-    dtype = PyObject_GetAttr(buffer, dtype_name);
+    if (Py_TYPE(value) != (PyTypeObject *)ndarray_type)
+        return 0;
+    dtype = PyObject_GetAttr(value, dtype_name);
     if (dtype == NULL) {
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
     Py_DECREF(dtype);                   /* (the array holds it) */
-    return dtype == self->dtype ? buffer : NULL;
+    return dtype == self->dtype;
 }
 
 /* Take `array`'s memory for `side` into `view` (0), or decline it (-1, nothing held). */
@@ -127,31 +133,38 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
                             PyObject *kwnames)
 {
     Entry *self = (Entry *)callable;
-    PyObject *comm, *sendbuf, *recvbuf, *counts, *op, *root, *algorithm, *options;
-    PyObject *send = NULL, *recv = NULL, *busy, *finished;
-    Py_buffer send_view, recv_view;
-    int64_t send_at, recv_at, code;
-    int held_send = 0, held_recv = 0, free_now;
+    PyObject *arrays[2] = {NULL, NULL}, *value, *busy, *finished;
+    Py_buffer views[2];
+    int64_t at[2], code;
+    int held[2] = {0, 0}, free_now, side;
+    Py_ssize_t i;
 
-    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 8) {
-        PyErr_SetString(PyExc_TypeError, "Entry takes (comm, sendbuf, recvbuf, counts, op, "
-                        "root, algorithm, options)");
-        return NULL;
+    if (!self->armed || kwnames != NULL || PyVectorcall_NARGS(nargsf) != self->arguments)
+        Py_RETURN_FALSE;
+    for (i = 0; i < self->arguments; i++) {
+        value = args[i];
+        switch (self->kinds[i]) {
+            case SAME:
+                if (value != self->values[i])
+                    Py_RETURN_FALSE;
+                continue;
+            case EQUAL:
+                if (value != self->values[i] && (Py_TYPE(value) != Py_TYPE(self->values[i]) ||
+                                                 !same(value, self->values[i])))
+                    Py_RETURN_FALSE;
+                continue;
+            case ANY:
+                continue;
+            case SPEC:
+                if ((value = spec_array(value, self->values[i])) == NULL)
+                    Py_RETURN_FALSE;
+                /* fall through: its array */
+            default:
+                if (!armed_array(self, value))
+                    Py_RETURN_FALSE;
+                arrays[self->buffers[i]] = value;
+        }
     }
-    comm = args[0]; sendbuf = args[1]; recvbuf = args[2]; counts = args[3];
-    op = args[4]; root = args[5]; algorithm = args[6]; options = args[7];
-    if (!self->armed || comm != self->comm || op != self->op || options != Py_None ||
-            !same(algorithm, self->algorithm) || !same(root, self->root) ||
-            (counts != self->counts && (Py_TYPE(counts) != Py_TYPE(self->counts) ||
-                                        !same(counts, self->counts))))
-        Py_RETURN_FALSE;
-    if (!self->sends_array) {
-        if (sendbuf != self->no_send)
-            Py_RETURN_FALSE;
-    } else if ((send = armed_array(self, sendbuf, self->send_rest)) == NULL)
-        Py_RETURN_FALSE;
-    if (!self->ignores_recv && (recv = armed_array(self, recvbuf, self->recv_rest)) == NULL)
-        Py_RETURN_FALSE;
     switch (PySequence_Contains(self->calls, self->prepared)) {
         case 1: break;
         case 0: Py_RETURN_FALSE;        /* (forgotten: validated anew) */
@@ -164,39 +177,34 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
     Py_DECREF(busy);
     if (!free_now)
         Py_RETURN_FALSE;
-    send_at = self->send.at;
-    recv_at = self->recv.at;
-    if (self->send.n >= 0 && send != NULL) {
-        if (take(send, &self->send, &send_view) < 0)
-            Py_RETURN_FALSE;
-        held_send = 1;
-        send_at = (int64_t)(intptr_t)send_view.buf;
-    }
-    if (self->recv.n >= 0 && recv != NULL) {
-        if (take(recv, &self->recv, &recv_view) < 0) {
-            if (held_send)
-                PyBuffer_Release(&send_view);
+    for (side = 0; side < 2; side++) {
+        at[side] = self->sides[side].at;
+        if (self->sides[side].n < 0 || arrays[side] == NULL)
+            continue;
+        if (take(arrays[side], &self->sides[side], &views[side]) < 0) {
+            if (side && held[0])
+                PyBuffer_Release(&views[0]);
             Py_RETURN_FALSE;
         }
-        held_recv = 1;
-        recv_at = (int64_t)(intptr_t)recv_view.buf;
+        held[side] = 1;
+        at[side] = (int64_t)(intptr_t)views[side].buf;
     }
-    if (held_send && held_recv && send_view.len && recv_view.len &&
-            send_at < recv_at + recv_view.len && recv_at < send_at + send_view.len)
+    if (held[0] && held[1] && views[0].len && views[1].len &&
+            at[0] < at[1] + views[1].len && at[1] < at[0] + views[0].len)
         code = self->mismatch;          /* (overlapping buffers: validation refuses them) */
     else
-        code = self->run(send_at, recv_at, self->state_at, self->state_n, self->handles_at,
+        code = self->run(at[0], at[1], self->state_at, self->state_n, self->handles_at,
                          self->handles_n, self->polls, self->tag);
-    if (held_send)
-        PyBuffer_Release(&send_view);
-    if (held_recv)
-        PyBuffer_Release(&recv_view);
+    for (side = 0; side < 2; side++)
+        if (held[side])
+            PyBuffer_Release(&views[side]);
     if (code == self->done)
         Py_RETURN_TRUE;
     if (code == self->mismatch)
         Py_RETURN_FALSE;
     finished = PyObject_CallFunction(self->finish, "LOO", (long long)code,
-                                     send ? send : Py_None, recv ? recv : Py_None);
+                                     arrays[0] ? arrays[0] : Py_None,
+                                     arrays[1] ? arrays[1] : Py_None);
     if (finished == NULL)
         return NULL;
     Py_DECREF(finished);
@@ -216,42 +224,57 @@ static int read_side(PyObject *description, Side *side, int write)
 
 static PyObject *entry_arm(Entry *self, PyObject *args)
 {
-    PyObject *comm, *op, *root, *algorithm, *counts, *no_send, *send_rest, *recv_rest, *dtype;
-    PyObject *calls, *prepared, *executor, *state, *handles, *finish, *send_side, *recv_side;
-    int sends_array, ignores_recv;
+    PyObject *pattern, *dtype, *calls, *prepared, *executor, *state, *handles, *finish;
+    PyObject *send_side, *recv_side, *value;
     unsigned long long run;
     long long state_at, state_n, handles_at, handles_n, polls, tag, done, mismatch;
-    Side send, recv;
-    if (!PyArg_ParseTuple(args, "(OOOOOOOOOpp)(OOOOOOKLLLLLLLLOO)", &comm, &op, &root,
-                          &algorithm, &counts, &no_send, &send_rest, &recv_rest, &dtype,
-                          &sends_array, &ignores_recv, &calls, &prepared, &executor, &state, &handles,
-                          &finish, &run, &state_at, &state_n, &handles_at, &handles_n,
-                          &polls, &tag, &done, &mismatch, &send_side, &recv_side))
+    Side sides[2];
+    int kinds[MOST_ARGUMENTS], buffers[MOST_ARGUMENTS];
+    PyObject *values[MOST_ARGUMENTS];
+    Py_ssize_t i, n;
+    if (!PyArg_ParseTuple(args, "O!O(OOOOOOKLLLLLLLLOO)", &PyTuple_Type, &pattern, &dtype,
+                          &calls, &prepared, &executor, &state, &handles, &finish, &run,
+                          &state_at, &state_n, &handles_at, &handles_n, &polls, &tag, &done,
+                          &mismatch, &send_side, &recv_side))
         return NULL;
-    if ((send_rest != Py_None && !PyList_CheckExact(send_rest) && !PyTuple_CheckExact(send_rest))
-            || (recv_rest != Py_None && !PyList_CheckExact(recv_rest) &&
-                !PyTuple_CheckExact(recv_rest))) {
-        PyErr_SetString(PyExc_TypeError, "a spec's rest is a list or a tuple");
+    n = PyTuple_GET_SIZE(pattern);
+    if (n > MOST_ARGUMENTS) {
+        PyErr_SetString(PyExc_ValueError, "a pattern of at most 8 arguments");
         return NULL;
     }
-    if (read_side(send_side, &send, 0) < 0 || read_side(recv_side, &recv, 1) < 0)
+    for (i = 0; i < n; i++) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(pattern, i), "iOi", &kinds[i], &values[i],
+                              &buffers[i]))
+            return NULL;
+        value = values[i];
+        if (kinds[i] < SAME || kinds[i] > ANY ||
+                ((kinds[i] == ARRAY || kinds[i] == SPEC) && buffers[i] != 0 && buffers[i] != 1) ||
+                (kinds[i] == SPEC && !PyList_CheckExact(value) && !PyTuple_CheckExact(value))) {
+            PyErr_SetString(PyExc_ValueError, "a pattern item is (kind, value, buffer): an "
+                            "array's buffer 0 or 1, a spec's value a list or a tuple");
+            return NULL;
+        }
+    }
+    if (read_side(send_side, &sides[0], 0) < 0 || read_side(recv_side, &sides[1], 1) < 0)
         return NULL;
     clear_call(self);
-#define KEEP(field, value) (Py_INCREF(value), self->field = (value))
-    KEEP(comm, comm); KEEP(op, op); KEEP(root, root); KEEP(algorithm, algorithm);
-    KEEP(counts, counts); KEEP(no_send, no_send); KEEP(dtype, dtype); KEEP(calls, calls); KEEP(prepared, prepared);
-    KEEP(executor, executor); KEEP(state, state); KEEP(handles, handles); KEEP(finish, finish);
+    for (i = 0; i < n; i++) {
+        Py_INCREF(values[i]);
+        self->values[i] = values[i];
+        self->kinds[i] = kinds[i];
+        self->buffers[i] = buffers[i];
+    }
+    self->arguments = n;
+#define KEEP(field) (Py_INCREF(field), self->field = (field))
+    KEEP(dtype); KEEP(calls); KEEP(prepared); KEEP(executor); KEEP(state); KEEP(handles);
+    KEEP(finish);
 #undef KEEP
-    self->send_rest = send_rest == Py_None ? NULL : (Py_INCREF(send_rest), send_rest);
-    self->recv_rest = recv_rest == Py_None ? NULL : (Py_INCREF(recv_rest), recv_rest);
-    self->sends_array = sends_array;
-    self->ignores_recv = ignores_recv;
     self->run = (compiled_run)(uintptr_t)run;
     self->state_at = state_at; self->state_n = state_n;
     self->handles_at = handles_at; self->handles_n = handles_n;
     self->polls = polls; self->tag = tag; self->done = done; self->mismatch = mismatch;
-    self->send = send;
-    self->recv = recv;
+    self->sides[0] = sides[0];
+    self->sides[1] = sides[1];
     self->armed = 1;
     Py_RETURN_NONE;
 }
@@ -282,11 +305,12 @@ static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 static int entry_traverse(Entry *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->comm); Py_VISIT(self->op); Py_VISIT(self->root); Py_VISIT(self->algorithm);
-    Py_VISIT(self->counts); Py_VISIT(self->no_send); Py_VISIT(self->send_rest);
-    Py_VISIT(self->recv_rest); Py_VISIT(self->dtype); Py_VISIT(self->calls);
-    Py_VISIT(self->prepared); Py_VISIT(self->executor); Py_VISIT(self->state);
-    Py_VISIT(self->handles); Py_VISIT(self->finish);
+    Py_ssize_t i;
+    for (i = 0; i < self->arguments; i++)
+        Py_VISIT(self->values[i]);
+    Py_VISIT(self->dtype); Py_VISIT(self->calls); Py_VISIT(self->prepared);
+    Py_VISIT(self->executor); Py_VISIT(self->state); Py_VISIT(self->handles);
+    Py_VISIT(self->finish);
     return 0;
 }
 
@@ -305,10 +329,10 @@ static void entry_dealloc(Entry *self)
 
 static PyMethodDef entry_methods[] = {
     {"arm", (PyCFunction)entry_arm, METH_VARARGS,
-     "arm((comm, op, root, algorithm, counts, no_send, send_rest, recv_rest, dtype, "
-     "sends_array, ignores_recv), (calls, prepared, executor, state, handles, finish, run, state_at, "
+     "arm(pattern, dtype, (calls, prepared, executor, state, handles, finish, run, state_at, "
      "state_n, handles_at, handles_n, polls, tag, done, mismatch, (send_n, send_at), "
-     "(recv_n, recv_at))): serve repeats of this call"},
+     "(recv_n, recv_at))): serve repeats of this call (pattern: a (kind, value, buffer) per "
+     "argument; kinds SAME, EQUAL, ARRAY, SPEC, ANY)"},
     {"disarm", (PyCFunction)entry_disarm, METH_NOARGS, "serve no call (release the armed one)"},
     {NULL}
 };
@@ -357,7 +381,12 @@ PyMODINIT_FUNC PyInit__entry(void)
     if (module == NULL)
         return NULL;
     Py_INCREF(&EntryType);
-    if (PyModule_AddObject(module, "Entry", (PyObject *)&EntryType) < 0) {
+    if (PyModule_AddIntConstant(module, "SAME", SAME) < 0 ||
+            PyModule_AddIntConstant(module, "EQUAL", EQUAL) < 0 ||
+            PyModule_AddIntConstant(module, "ARRAY", ARRAY) < 0 ||
+            PyModule_AddIntConstant(module, "SPEC", SPEC) < 0 ||
+            PyModule_AddIntConstant(module, "ANY", ANY) < 0 ||
+            PyModule_AddObject(module, "Entry", (PyObject *)&EntryType) < 0) {
         Py_DECREF(&EntryType);
         Py_DECREF(module);
         return NULL;

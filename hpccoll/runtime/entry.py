@@ -20,6 +20,12 @@ what it does: it makes the checks the Python path makes (``api._again``,
 from __future__ import annotations
 
 from typing import Any
+# What an argument of an armed call must be in a repeat (a pattern item is (kind, value,
+# buffer): buffer 0 the send buffer, 1 the receive one, -1 neither): the same object, an equal
+# value of the same type, a NumPy array of the call's dtype, a spec -- a list or tuple of such
+# an array then items equal to ``value``'s -- or anything (the numbering of ``_entry.c``)
+SAME, EQUAL, ARRAY, SPEC, ANY = range(5)
+
 
 class StandIn:
     """The entry where the C one was not built: it serves no call."""
@@ -29,7 +35,7 @@ class StandIn:
     def __call__(self, *arguments: Any) -> bool:
         return False
 
-    def arm(self, match: tuple, run: tuple) -> None:
+    def arm(self, pattern: tuple, dtype: Any, run: tuple) -> None:
         pass
 
     def disarm(self) -> None:
