@@ -243,6 +243,69 @@ def test_a_call_that_differs_is_read_again(mpi_ranks, comm, monkeypatch):
     assert (u == SENTINEL).all()
 
 
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_blocking_repeats_through_the_c_entry(mpi_ranks, comm, monkeypatch):
+    """Blocking calls on the very arrays reading gave -- arrays as passed, IN_PLACE, specs
+    ``[buf, counts]`` and ``[buf, (counts, displs), type]``, a reduce whose other ranks pass no
+    receive buffer -- are served by the method's C entry from their third call (native, and
+    a scheduled algorithm, whose binding runs compiled from its second repeat): the Python
+    repeat (``LastCall.repeat``) is not reached, and every result is MPI's own.  A new spec
+    of another form, another op, a wider array go through Python and are right."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import libmpi
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    repeats = []
+    repeat = api.LastCall.repeat
+    monkeypatch.setattr(api.LastCall, "repeat", lambda *a: repeats.append(1) or repeat(*a))
+    validated, prepare = [], api.prepare
+    monkeypatch.setattr(api, "prepare", lambda *a, **k: validated.append(1) or prepare(*a, **k))
+    counts, displs = [1 + q % 2 for q in range(p)], [3 * q for q in range(p)]
+    for algorithms in ({}, {"allreduce": "ring", "allgather": "ring", "alltoallv": "pairwise",
+                            "reduce": "binomial", "bcast": "binomial"}):
+        wrapped = hpccoll.Comm(comm, algorithms)
+        x = np.arange(12.0) + 100 * r
+        y, z, out, b = np.zeros(12), np.zeros(12), np.zeros(sum(counts)), np.zeros(3 * p)
+        a = np.arange(3.0 * p) + 10 * r
+        mine = np.arange(float(counts[r])) + r
+        got = np.zeros(12) if r == 0 else None
+        cases = {
+            "Allreduce": ((x, y), y),
+            "Allreduce in place": ((MPI.IN_PLACE, z), z),
+            "Allgatherv": ((mine, [out, counts]), out),
+            "Alltoallv": (([a, (counts, displs), MPI.DOUBLE],
+                           [b, ([counts[r]] * p, displs), MPI.DOUBLE]), b),
+            "Reduce": ((x, got, MPI.SUM, 0), got),
+            "Bcast": ((y, 0), y),
+        }
+        for label, (arguments, target) in cases.items():
+            method = label.split()[0]
+            for k in range(4):
+                if label.endswith("in place"):
+                    z[:] = x
+                want = None if target is None else target.copy()    # MPI's own, on copies
+                expect = [want if value is target else
+                          [want, *value[1:]] if isinstance(value, list) and value[0] is target
+                          else value for value in arguments]
+                getattr(comm, method)(*expect)
+                repeats.clear()
+                getattr(wrapped, method)(*arguments)
+                assert target is None or np.array_equal(target, want), (label, k, target, want)
+                if k >= 2 and libmpi.available():
+                    assert not repeats, (label, algorithms, k)
+        starts = [sum(counts[:q]) for q in range(p)]
+        for change in (lambda: wrapped.Allgatherv(mine, [out, (counts, starts)]),
+                       lambda: wrapped.Allreduce(x, y, MPI.MAX),
+                       lambda: wrapped.Allreduce(np.tile(x, 2), np.zeros(24))):
+            wrapped.Allreduce(x, y)
+            validated.clear()
+            change()
+            assert validated
+        wrapped.Allreduce(x, y, MPI.MAX)
+        assert np.array_equal(y, np.arange(12.0) + 100 * (p - 1))
+
+
 @pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
 def test_repeats_after_free_and_settings_changes(mpi_ranks, comm):
     """A freed Comm raises as mpi4py's freed communicator does; a repeat after check mode is
