@@ -67,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
                    "buffers where the MPI library is one it knows (MPICH, Open MPI): run "
                    "`hpccoll explain` in the job, without --ranks, for this library's "
                    "answer"))
+    from ..runtime import entry
+    print("blocking repeat on a compiled executor: " + (
+        "served from C (the arguments matched with the last call's, the arrays checked, the "
+        "executor's compiled function called: hpccoll.runtime.entry)" if entry.COMPILED else
+        "served by Python (the C entry was not built at install: no C compiler)"))
     machine = costmodel.machine_for(call)
     print(f"cost model ({machine.name}):")
     for algorithm in registry.algorithms(args.collective):

@@ -178,6 +178,8 @@ def test_explain_uses_the_environment_then_the_cost_model():
     assert "executor: hpccoll's schedule executor in Python for a call's first run, " \
         "compiled from its second run" in done.stdout and \
         "without --ranks, for this library's answer" in done.stdout
+    assert "blocking repeat on a compiled executor: served from C (the arguments matched" \
+        in done.stdout          # (the C entry is built: tests/unit/test_entry.py)
     done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allgather",
                            "--bytes", "1M", "--ranks", "4", "--dtype", "float16"],
                           capture_output=True, text=True, env=env)
