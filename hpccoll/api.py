@@ -196,25 +196,34 @@ class LastCall:
             if self.entry is not None:
                 self.serve(self.entry, self.pattern)
 
+    busy = False        # (as an executor's: this call's own repeat, a copy, never in flight)
+
     def serve(self, entry: Entry, pattern: tuple | None = None) -> None:
         """Let ``entry`` serve this call's blocking repeats, whose arguments match
-        ``pattern`` (:mod:`.runtime.entry`; None: the public function's, :meth:`pattern`).
-        It declines every call if the repeat needs Python: one rank's copy, nothing moved,
-        the Python executor."""
+        ``pattern`` (:mod:`.runtime.entry`; None: the public function's, :meth:`arguments`):
+        on the compiled executor, or with no executor where the repeat is one rank's copy of
+        the send buffer (nothing, in place) or moves nothing.  It declines every call where
+        the repeat runs on the Python executor."""
         self.entry, self.pattern = entry, pattern
         executor = self.executor
-        if executor is None or self.alone or self.moves_nothing:
+        if self.alone or self.moves_nothing:    # (the entry copies, or does nothing)
+            executor, polls = self, 0
+            sides = [(-1 if n is None else n, 0) for n in (self.send_n, self.recv_n)]
+            function, state, handles, send, recv = 0, _NO_STATE, _NO_STATE, *sides
+        elif executor is None:
             entry.disarm()
             return
+        else:
+            polls = executor.polls
+            function, state, handles, send, recv = executor.entry()
         if pattern is None:
             pattern = self.arguments()
         elif self.ignores_recv:             # (the receive buffer: anything goes)
             pattern = tuple((ANY, None, -1) if item[2] == 1 else item for item in pattern)
-        function, state, handles, send, recv = executor.entry()
         entry.arm(pattern, self.dtype,
                   (self.calls, self.prepared, executor, state, handles, self.finish, function,
                    state.ctypes.data, state.size, handles.ctypes.data, handles.size,
-                   executor.polls, self.tag, DONE, MISMATCH, send, recv))
+                   polls, self.tag, DONE, MISMATCH, send, recv))
 
     def arguments(self) -> tuple:
         """The pattern of this call's arguments as the public function passes them to its
@@ -245,6 +254,7 @@ class LastCall:
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
+_NO_STATE = np.zeros(1, np.int64)           # (the state of an entry that runs no executor)
 _entries: dict[str, Entry] = {}             # collective -> the C entry of its repeats
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _NDARRAY = np.ndarray                       # (read on every call)

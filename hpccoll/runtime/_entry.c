@@ -10,7 +10,9 @@
  * writable) of the validated sizes, apart (or at the bound addresses), the validated call is
  * still cached and the executor free; then it runs the executor's function and returns True:
  * done, or in flight and finished by the armed Python callable (the deadline, notices and
- * failures stay with the executors' Python code).  These are the checks api._again,
+ * failures stay with the executors' Python code).  Armed with no function (address 0), the
+ * call is one rank's, whose result is its send buffer: copied (of the receive buffer's
+ * size, which the sizes armed make the send buffer's), or nothing to do.  These are the checks api._again,
  * api.LastCall.repeat, hpccoll.Comm's readings and the executors' compiled checks make on
  * the same call; the Python path serves every call this one declines.
  */
@@ -18,6 +20,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int64_t (*compiled_run)(int64_t send_at, int64_t recv_at, int64_t state_at,
                                 int64_t state_n, int64_t handles_at, int64_t handles_n,
@@ -192,9 +195,14 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
     if (held[0] && held[1] && views[0].len && views[1].len &&
             at[0] < at[1] + views[1].len && at[1] < at[0] + views[0].len)
         code = self->mismatch;          /* (overlapping buffers: validation refuses them) */
-    else
+    else if (self->run != NULL)
         code = self->run(at[0], at[1], self->state_at, self->state_n, self->handles_at,
                          self->handles_n, self->polls, self->tag);
+    else {                              /* one rank's call: the send buffer copied, if any */
+        if (held[0] && held[1])
+            memcpy(views[1].buf, views[0].buf, (size_t)views[1].len);
+        code = self->done;
+    }
     for (side = 0; side < 2; side++)
         if (held[side])
             PyBuffer_Release(&views[side]);

@@ -385,11 +385,14 @@ def test_one_rank_starts_are_copies_whatever_the_shapes(mpi_ranks, comm):
 def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
     """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their
     shape, is a copy that neither validates nor runs the schedule (both are made to fail
-    here, and the results are still right: the four collectives, allreduce in place, reduce);
-    an array of another shape (reshaped in place), a new array or native takes the
-    validating path (made to fail)."""
+    here, and the results are still right: the four collectives, allreduce in place, reduce).
+    In Python (the C entry's stand-in) an array of another shape (reshaped in place), a new
+    array or native takes the validating path (made to fail); the C entry copies any arrays
+    of the validated dtype and size (C layout, the receive one writable, apart) and declines
+    native."""
     import hpccoll
     from hpccoll import api
+    from hpccoll.runtime import entry
     from mpi4py import MPI
 
     class Validated(Exception):
@@ -398,32 +401,43 @@ def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, mo
     def refused(*args, **kw):
         raise Validated
 
-    for collective in COLLECTIVES:
-        for algorithm in ("auto", scheduled(collective, 1)):
-            n = 1000
-            send, recv = np.empty(n, np.int64), np.empty(n, np.int64)
-            call(hpccoll, comm, collective, send, recv, "sum", algorithm)
-            with monkeypatch.context() as patch:
-                patch.setattr(api, "prepare", refused)
-                patch.setattr(api.LastCall, "run", refused)
-                patch.setattr(api._last_calls[collective], "executor", None)
-                for k in range(3):
-                    send[:] = np.arange(n) * (k + 1)
-                    recv[:] = -1
-                    call(hpccoll, comm, collective, send, recv, "sum", algorithm)
-                    assert np.array_equal(recv, send), (collective, algorithm, k)
-                for reshaped in (send, recv):           # (weakly referenced: NumPy lets
-                    reshaped.shape = (2, n // 2)        # them be reshaped, not resized)
-                    with pytest.raises(Validated):
+    def copies(*arrays):
+        """The call on these arrays: validated (Python), or their copy (the C entry)."""
+        if stand_in:
+            with pytest.raises(Validated):
+                call(hpccoll, comm, collective, *arrays, "sum", algorithm)
+        else:
+            arrays[1][...] = -1
+            call(hpccoll, comm, collective, *arrays, "sum", algorithm)
+            assert np.array_equal(arrays[1].reshape(-1), arrays[0].reshape(-1))
+
+    for stand_in in (True, False):
+        for collective in COLLECTIVES:
+            for algorithm in (scheduled(collective, 1),):   # (auto may be native: the table)
+                n = 1000
+                send, recv = np.empty(n, np.int64), np.empty(n, np.int64)
+                call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+                with monkeypatch.context() as patch:
+                    patch.setattr(api, "prepare", refused)
+                    patch.setattr(api.LastCall, "run", refused)
+                    patch.setattr(api._last_calls[collective], "executor", None)
+                    if stand_in:
+                        patch.setattr(api, f"_entry_{collective}", entry.StandIn())
+                    for k in range(3):
+                        send[:] = np.arange(n) * (k + 1)
+                        recv[:] = -1
                         call(hpccoll, comm, collective, send, recv, "sum", algorithm)
-                    reshaped.shape = (n,)
-                with pytest.raises(Validated):
-                    call(hpccoll, comm, collective, send.copy(), recv, "sum", algorithm)
-                with pytest.raises(Validated):
-                    call(hpccoll, comm, collective, send, recv, "sum", "native")
-            send[:] = 7
-            call(hpccoll, comm, collective, send, recv, "sum", algorithm)
-            assert np.all(recv == 7), (collective, algorithm)
+                        assert np.array_equal(recv, send), (collective, algorithm, k)
+                    for reshaped in (send, recv):           # (weakly referenced: NumPy lets
+                        reshaped.shape = (2, n // 2)        # them be reshaped, not resized)
+                        copies(send, recv)
+                        reshaped.shape = (n,)
+                    copies(send.copy(), recv)
+                    with pytest.raises(Validated):
+                        call(hpccoll, comm, collective, send, recv, "sum", "native")
+                send[:] = 7
+                call(hpccoll, comm, collective, send, recv, "sum", algorithm)
+                assert np.all(recv == 7), (collective, algorithm)
     buf = np.arange(50_000, dtype=np.float64)
     send, recv = np.arange(50_000, dtype=np.int32), np.zeros(50_000, np.int32)
     hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
@@ -478,8 +492,8 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
             for name in api._entries:
                 monkeypatch.setattr(api, f"_entry_{name}", entry.StandIn())
         for algorithm in ("native", "ring"):
-            # (a scheduled call at 1 rank is a copy in Python)
-            through_c = libmpi.available() and not stand_in and (p > 1 or algorithm == "native")
+            # (a scheduled call at 1 rank is a copy, which the entry makes itself)
+            through_c = not stand_in and (libmpi.available() or p == 1 and algorithm == "ring")
             rooted, varied = ("binomial", "pairwise") if algorithm == "ring" else (algorithm,) * 2
             counts, displs = [2] * p, [2 * q for q in range(p)]
             a, b = np.arange(2.0 * p) + 100 * r, np.empty(2 * p)
@@ -511,7 +525,7 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
             other = np.empty(8)
             changes = [    # (the call changed, the array it writes, what it must hold)
                 (lambda: hpccoll.allreduce(comm, x.copy(), other, algorithm=algorithm),
-                 other, total),     # (other arrays: the same native call, served)
+                 other, total),     # (other arrays: the same native or 1-rank call)
                 (lambda: hpccoll.allreduce(comm, x, y, op=MPI.MAX, algorithm=algorithm),
                  y, np.max(xs, axis=0)),
                 (lambda: hpccoll.allreduce(comm, x, y, algorithm=algorithm, options={}),
@@ -535,7 +549,7 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
                 python_calls.clear()
                 out[...] = -1
                 change()
-                served_by_c = k == 0 and algorithm == "native" and through_c
+                served_by_c = k == 0 and (algorithm == "native" or p == 1) and through_c
                 assert bool(python_calls) != served_by_c and np.array_equal(out, want), \
                     (algorithm, k, out, python_calls)
             read_only = np.empty(8)
