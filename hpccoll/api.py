@@ -6,7 +6,8 @@ returns a :class:`Request`) and persistent (``NAME_init`` returns a
 :class:`PersistentRequest` to ``start``/``wait`` many times).  Arguments are checked on every
 rank before the first message (:mod:`hpccoll.arguments`), so bad input given alike on all
 ranks raises the same error everywhere; a validated blocking call that repeats runs again at
-once (:class:`LastCall`).
+once (:class:`LastCall`), served by the collective's C entry where it runs compiled
+(:mod:`hpccoll.runtime.entry`).
 """
 
 from __future__ import annotations

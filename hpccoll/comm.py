@@ -41,12 +41,11 @@ nothing.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from mpi4py import MPI
-
-from collections import defaultdict
 
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
