@@ -81,8 +81,9 @@ class LastCall:
         self.ignores_recv = prepared.ignores_recv       # recv at root only, elsewhere: send[:0]
         self.moves_nothing = prepared.moves_nothing
         self.tag = prepared.tag()
-        self.alone = prepared.args.call.p == 1 and prepared.plan is not None and \
-            (send is None or send.shape == recv.shape)
+        # one rank's scheduled call of one size each way (no vector form: its counts place the
+        # blocks), whose result is the send buffer (prepared.local_copy), on arrays of a shape
+        self.alone = prepared.local_copy and (send is None or send.shape == recv.shape)
         self.sent = self.received = nothing
         if self.alone:          # (weak references, as the plan's binding holds these arrays)
             self.sent = nothing if send is None else weakref.ref(send)

@@ -438,6 +438,16 @@ def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, mo
                 send[:] = 7
                 call(hpccoll, comm, collective, send, recv, "sum", algorithm)
                 assert np.all(recv == 7), (collective, algorithm)
+    vector_send, placed = np.arange(6), np.full(6, 7)
+    for stand_in in (True, False):      # a vector call is no copy: its counts place blocks
+        with monkeypatch.context() as patch:
+            if stand_in:
+                patch.setattr(api, "_entry_alltoallv", entry.StandIn())
+            for k in range(3):          # (the same arrays again: once copied whole)
+                placed[:] = 7
+                hpccoll.alltoallv(comm, [vector_send, [1], [0]], [placed, [1], [2]],
+                                  algorithm="pairwise")
+                assert placed.tolist() == [7, 7, 0, 7, 7, 7], (stand_in, k, placed)
     buf = np.arange(50_000, dtype=np.float64)
     send, recv = np.arange(50_000, dtype=np.int32), np.zeros(50_000, np.int32)
     hpccoll.allreduce(comm, MPI.IN_PLACE, buf, algorithm="ring")
