@@ -24,8 +24,7 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request
-from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Entry
-from .runtime.libmpi import DONE, MISMATCH
+from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Entry, bind
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
 from .runtime.scheduled import Runner
@@ -211,21 +210,19 @@ class LastCall:
         if self.alone or self.moves_nothing:    # (the entry copies, or does nothing)
             executor, polls = self, 0
             sides = [(-1 if n is None else n, 0) for n in (self.send_n, self.recv_n)]
-            function, state, handles, send, recv = 0, _NO_STATE, _NO_STATE, *sides
+            bound = bind(lambda: (0, 0), _NO_STATE, _NO_STATE, self.dtype, *sides,
+                         lambda: None)
         elif executor is None:
             entry.disarm()
             return
         else:
-            polls = executor.polls
-            function, state, handles, send, recv = executor.entry()
+            polls, bound = executor.polls, executor.bound
         if pattern is None:
             pattern = self.arguments()
         elif self.ignores_recv:             # (the receive buffer: anything goes)
             pattern = tuple((ANY, None, -1) if item[2] == 1 else item for item in pattern)
-        entry.arm(pattern, self.dtype,
-                  (self.calls, self.prepared, executor, state, handles, self.finish, function,
-                   state.ctypes.data, state.size, handles.ctypes.data, handles.size,
-                   polls, self.tag, DONE, MISMATCH, send, recv))
+        entry.arm(pattern, (self.calls, self.prepared, executor, bound, self.finish, polls,
+                            self.tag))
 
     def arguments(self) -> tuple:
         """The pattern of this call's arguments as the public function passes them to its

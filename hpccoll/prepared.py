@@ -265,7 +265,7 @@ def _native_call(args: CallArgs, ctx: Context, label: str) -> NativeCall | None:
     no_send = call.in_place or args.spec.one_buffer
     return NativeCall(call, label, ctx.comm, ctx, None if no_send else send_n,
                       None if ignores_recvbuf(args.spec, call.rank, call.root) else recv_n,
-                      buffers.mpi_datatype(args.dtype), op)
+                      args.dtype, op)
 
 
 def nothing() -> None:

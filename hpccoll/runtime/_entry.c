@@ -1,20 +1,25 @@
-/* The repeat of a blocking collective served from C: hpccoll.runtime.entry's compiled form.
+/* The compiled executors' calls from C: hpccoll.runtime.entry's compiled form.
  *
- * An Entry is armed with a validated call that runs on a compiled executor (api.LastCall):
- * a pattern of the arguments a repeat passes -- per argument the same object, an equal value
- * of the same type, a NumPy array of the call's dtype (the send or the receive buffer), a
- * spec whose items after its array equal the armed ones, or anything (a buffer not used) --
- * and what the executor needs to run it (the address of its Numba C function, its state and
- * handles, what each buffer must be).  Called with the arguments, it returns False, having
- * done nothing, unless they match the pattern, the arrays are C-contiguous (the receive one
- * writable) of the validated sizes, apart (or at the bound addresses), the validated call is
- * still cached and the executor free; then it runs the executor's function and returns True:
- * done, or in flight and finished by the armed Python callable (the deadline, notices and
- * failures stay with the executors' Python code).  Armed with no function (address 0), the
- * call is one rank's, whose result is its send buffer: copied (of the receive buffer's
- * size, which the sizes armed make the send buffer's), or nothing to do.  These are the checks api._again,
- * api.LastCall.repeat, hpccoll.Comm's readings and the executors' compiled checks make on
- * the same call; the Python path serves every call this one declines.
+ * A Bound is an executor's compiled function (a Numba C function, by address) bound to the
+ * executor's state and handles and to what each buffer must be.  Called with the buffers
+ * (send, recv, polls, tag), it makes the checks the executors' compiled code made on them
+ * (NumPy arrays of the call's dtype, C-contiguous, the receive one writable, of the
+ * validated sizes, at the bound addresses where there are, apart) and runs the function:
+ * its code (done, in flight, failed...), or the mismatch code, having run nothing.
+ * ``resume(polls, tag)`` runs on from where the last run left.  Every start, test and wait
+ * of the compiled executors goes through one, so Python never dispatches the compiled code.
+ *
+ * An Entry serves the repeat of a blocking collective: armed with a validated call that runs
+ * on a compiled executor (api.LastCall) -- a pattern of the arguments a repeat passes (per
+ * argument the same object, an equal value of the same type, a NumPy array of the call's
+ * dtype, a spec whose items after its array equal the armed ones, or anything: a buffer not
+ * used) and the executor's Bound.  Called with the arguments, it returns False, having done
+ * nothing, unless they match the pattern, the validated call is still cached, the executor
+ * free and the Bound takes the arrays; then it has run the call and returns True: done, or
+ * in flight and finished by the armed Python callable (the deadline, notices and failures
+ * stay with the executors' Python code).  These are the checks api._again,
+ * api.LastCall.repeat and hpccoll.Comm's readings make on the same call; the Python path
+ * serves every call this one declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +45,22 @@ typedef struct {
 enum { SAME, EQUAL, ARRAY, SPEC, ANY };
 #define MOST_ARGUMENTS 8
 
+/* An executor's compiled function bound to its state: called with the buffers (or None), it
+ * checks them as the executor's compiled checks do and runs (run), or runs on from where the
+ * last run left (resume: the native executor's polls, the scheduled one's next steps).
+ * Bound with no function (address 0), the call is one rank's, whose result is its send
+ * buffer: copied (of the receive buffer's size, which the sizes bound make the send
+ * buffer's), or nothing to do. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *state, *handles, *dtype;
+    compiled_run run, resume;
+    int64_t state_at, state_n, handles_at, handles_n, done, mismatch;
+    Side sides[2];
+    int64_t at[2];                      /* the buffers of the last run */
+} Bound;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -48,15 +69,16 @@ typedef struct {
      * the items after the array), the buffer it gives (0 send, 1 receive, -1 none) */
     Py_ssize_t arguments;
     int kinds[MOST_ARGUMENTS], buffers[MOST_ARGUMENTS];
-    PyObject *values[MOST_ARGUMENTS], *dtype;
+    PyObject *values[MOST_ARGUMENTS];
     /* what runs it: the validated call while `calls` holds it, on `executor` while it is not
-     * busy; `finish(code, send, recv)` completes a run the function left in flight */
-    PyObject *calls, *prepared, *executor, *state, *handles, *finish;
-    compiled_run run;
-    int64_t state_at, state_n, handles_at, handles_n, polls, tag, done, mismatch;
-    Side sides[2];
+     * busy, by `bound`; `finish(code, send, recv)` completes a run the function left in
+     * flight */
+    PyObject *calls, *prepared, *executor, *finish;
+    Bound *bound;
+    int64_t polls, tag;
 } Entry;
 
+static PyTypeObject BoundType;
 static PyObject *ndarray_type, *dtype_name, *busy_name;
 
 static void clear_call(Entry *self)
@@ -66,9 +88,8 @@ static void clear_call(Entry *self)
     for (i = 0; i < self->arguments; i++)
         Py_CLEAR(self->values[i]);
     self->arguments = 0;
-    Py_CLEAR(self->dtype); Py_CLEAR(self->calls); Py_CLEAR(self->prepared);
-    Py_CLEAR(self->executor); Py_CLEAR(self->state); Py_CLEAR(self->handles);
-    Py_CLEAR(self->finish);
+    Py_CLEAR(self->calls); Py_CLEAR(self->prepared); Py_CLEAR(self->executor);
+    Py_CLEAR(self->finish); Py_CLEAR(self->bound);
 }
 
 /* Whether a and b are the same, or equal (an error comparing them: not equal). */
@@ -101,19 +122,19 @@ static PyObject *spec_array(PyObject *buffer, PyObject *rest)
     return items[0];
 }
 
-/* Whether `value` is a NumPy array of the armed dtype. */
-static int armed_array(Entry *self, PyObject *value)
+/* Whether `value` is a NumPy array of `dtype`. */
+static int array_of(PyObject *dtype, PyObject *value)
 {
-    PyObject *dtype;
+    PyObject *its;
     if (Py_TYPE(value) != (PyTypeObject *)ndarray_type)
         return 0;
-    dtype = PyObject_GetAttr(value, dtype_name);
-    if (dtype == NULL) {
+    its = PyObject_GetAttr(value, dtype_name);
+    if (its == NULL) {
         PyErr_Clear();
         return 0;
     }
-    Py_DECREF(dtype);                   /* (the array holds it) */
-    return dtype == self->dtype;
+    Py_DECREF(its);                     /* (the array holds it) */
+    return its == dtype;
 }
 
 /* Take `array`'s memory for `side` into `view` (0), or decline it (-1, nothing held). */
@@ -132,14 +153,184 @@ static int take(PyObject *array, const Side *side, Py_buffer *view)
     return 0;
 }
 
+/* Run `self` on the buffers `given` (send, receive; NULL: none given): the function's code,
+ * or mismatch (nothing run) where they are not as bound: NumPy arrays of the dtype, C
+ * contiguous (the receive one writable), of the sizes bound, at the addresses bound (where
+ * there are), apart.  A buffer not taken from the caller is the one bound; none given
+ * stands for the one bound where there is one. */
+static int64_t bound_run(Bound *self, PyObject *const given[2], int64_t polls, int64_t tag)
+{
+    Py_buffer views[2];
+    int64_t at[2], code = self->mismatch;
+    int held[2] = {0, 0}, side;
+    for (side = 0; side < 2; side++) {
+        const Side *wanted = &self->sides[side];
+        at[side] = wanted->at;
+        if (wanted->n < 0 || (given[side] == NULL && wanted->at != 0))
+            continue;
+        if (given[side] == NULL || !array_of(self->dtype, given[side]) ||
+                take(given[side], wanted, &views[side]) < 0)
+            goto release;
+        held[side] = 1;
+        at[side] = (int64_t)(intptr_t)views[side].buf;
+    }
+    if (held[0] && held[1] && views[0].len && views[1].len &&
+            at[0] < at[1] + views[1].len && at[1] < at[0] + views[0].len)
+        goto release;                   /* (overlapping buffers: validation refuses them) */
+    if (self->run != NULL) {
+        self->at[0] = at[0];
+        self->at[1] = at[1];
+        code = self->run(at[0], at[1], self->state_at, self->state_n, self->handles_at,
+                         self->handles_n, polls, tag);
+    } else {                            /* one rank's call: the send buffer copied, if any */
+        if (held[0] && held[1])
+            memcpy(views[1].buf, views[0].buf, (size_t)views[1].len);
+        code = self->done;
+    }
+release:
+    for (side = 0; side < 2; side++)
+        if (held[side])
+            PyBuffer_Release(&views[side]);
+    return code;
+}
+
+static int read_int64(PyObject *value, int64_t *into)
+{
+    long long read = PyLong_AsLongLong(value);
+    if (read == -1 && PyErr_Occurred())
+        return -1;
+    *into = (int64_t)read;
+    return 0;
+}
+
+static PyObject *bound_call(PyObject *callable, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames)
+{
+    Bound *self = (Bound *)callable;
+    PyObject *given[2];
+    int64_t polls, tag;
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 4) {
+        PyErr_SetString(PyExc_TypeError, "a bound run takes (send, recv, polls, tag)");
+        return NULL;
+    }
+    if (read_int64(args[2], &polls) < 0 || read_int64(args[3], &tag) < 0)
+        return NULL;
+    given[0] = args[0] == Py_None ? NULL : args[0];
+    given[1] = args[1] == Py_None ? NULL : args[1];
+    return PyLong_FromLongLong((long long)bound_run(self, given, polls, tag));
+}
+
+static PyObject *bound_resume(Bound *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t polls, tag;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "resume takes (polls, tag)");
+        return NULL;
+    }
+    if (read_int64(args[0], &polls) < 0 || read_int64(args[1], &tag) < 0)
+        return NULL;
+    if (self->resume == NULL)
+        return PyLong_FromLongLong((long long)self->done);
+    return PyLong_FromLongLong((long long)self->resume(
+        self->at[0], self->at[1], self->state_at, self->state_n, self->handles_at,
+        self->handles_n, polls, tag));
+}
+
+static int read_side(PyObject *description, Side *side, int write)
+{
+    long long n, at;
+    if (!PyArg_ParseTuple(description, "LL", &n, &at))
+        return -1;
+    side->n = (Py_ssize_t)n;
+    side->at = (int64_t)at;
+    side->write = write;
+    return 0;
+}
+
+/* The address and the number of elements of a writable C-contiguous array (held by the
+ * caller). */
+static int read_words(PyObject *array, int64_t *at, int64_t *n)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return -1;
+    *at = (int64_t)(intptr_t)view.buf;
+    *n = (int64_t)(view.len / (view.itemsize ? view.itemsize : 1));
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+static PyObject *bound_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    Bound *self;
+    PyObject *state, *handles, *dtype, *send_side, *recv_side;
+    unsigned long long run, resume;
+    long long done, mismatch;
+    Side sides[2];
+    int64_t state_at, state_n, handles_at, handles_n;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Bound() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "KKOOOLLOO", &run, &resume, &state, &handles, &dtype, &done,
+                          &mismatch, &send_side, &recv_side) ||
+            read_side(send_side, &sides[0], 0) < 0 || read_side(recv_side, &sides[1], 1) < 0 ||
+            read_words(state, &state_at, &state_n) < 0 ||
+            read_words(handles, &handles_at, &handles_n) < 0)
+        return NULL;
+    self = (Bound *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = bound_call;
+    Py_INCREF(state); Py_INCREF(handles); Py_INCREF(dtype);
+    self->state = state; self->handles = handles; self->dtype = dtype;
+    self->run = (compiled_run)(uintptr_t)run;
+    self->resume = (compiled_run)(uintptr_t)resume;
+    self->state_at = state_at; self->state_n = state_n;
+    self->handles_at = handles_at; self->handles_n = handles_n;
+    self->done = done; self->mismatch = mismatch;
+    self->sides[0] = sides[0];
+    self->sides[1] = sides[1];
+    self->at[0] = sides[0].at;
+    self->at[1] = sides[1].at;
+    return (PyObject *)self;
+}
+
+static void bound_dealloc(Bound *self)
+{
+    Py_XDECREF(self->state); Py_XDECREF(self->handles); Py_XDECREF(self->dtype);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef bound_methods[] = {
+    {"resume", (PyCFunction)(void (*)(void))bound_resume, METH_FASTCALL,
+     "resume(polls, tag): run on from where the last run left; its code"},
+    {NULL}
+};
+
+static PyTypeObject BoundType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hpccoll.runtime._entry.Bound",
+    .tp_doc = "Bound(run, resume, state, handles, dtype, done, mismatch, (send_n, send_at), "
+              "(recv_n, recv_at)): an executor's compiled functions (addresses) bound to its "
+              "state; called (send, recv, polls, tag) it checks the buffers and runs "
+              "(see hpccoll.runtime.entry).",
+    .tp_basicsize = sizeof(Bound),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Bound, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = bound_new,
+    .tp_dealloc = (destructor)bound_dealloc,
+    .tp_methods = bound_methods,
+};
+
 static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                             PyObject *kwnames)
 {
     Entry *self = (Entry *)callable;
     PyObject *arrays[2] = {NULL, NULL}, *value, *busy, *finished;
-    Py_buffer views[2];
-    int64_t at[2], code;
-    int held[2] = {0, 0}, free_now, side;
+    int64_t code;
+    int free_now;
     Py_ssize_t i;
 
     if (!self->armed || kwnames != NULL || PyVectorcall_NARGS(nargsf) != self->arguments)
@@ -163,7 +354,7 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
                     Py_RETURN_FALSE;
                 /* fall through: its array */
             default:
-                if (!armed_array(self, value))
+                if (!array_of(self->bound->dtype, value))
                     Py_RETURN_FALSE;
                 arrays[self->buffers[i]] = value;
         }
@@ -180,35 +371,10 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
     Py_DECREF(busy);
     if (!free_now)
         Py_RETURN_FALSE;
-    for (side = 0; side < 2; side++) {
-        at[side] = self->sides[side].at;
-        if (self->sides[side].n < 0 || arrays[side] == NULL)
-            continue;
-        if (take(arrays[side], &self->sides[side], &views[side]) < 0) {
-            if (side && held[0])
-                PyBuffer_Release(&views[0]);
-            Py_RETURN_FALSE;
-        }
-        held[side] = 1;
-        at[side] = (int64_t)(intptr_t)views[side].buf;
-    }
-    if (held[0] && held[1] && views[0].len && views[1].len &&
-            at[0] < at[1] + views[1].len && at[1] < at[0] + views[0].len)
-        code = self->mismatch;          /* (overlapping buffers: validation refuses them) */
-    else if (self->run != NULL)
-        code = self->run(at[0], at[1], self->state_at, self->state_n, self->handles_at,
-                         self->handles_n, self->polls, self->tag);
-    else {                              /* one rank's call: the send buffer copied, if any */
-        if (held[0] && held[1])
-            memcpy(views[1].buf, views[0].buf, (size_t)views[1].len);
-        code = self->done;
-    }
-    for (side = 0; side < 2; side++)
-        if (held[side])
-            PyBuffer_Release(&views[side]);
-    if (code == self->done)
+    code = bound_run(self->bound, arrays, self->polls, self->tag);
+    if (code == self->bound->done)
         Py_RETURN_TRUE;
-    if (code == self->mismatch)
+    if (code == self->bound->mismatch)
         Py_RETURN_FALSE;
     finished = PyObject_CallFunction(self->finish, "LOO", (long long)code,
                                      arrays[0] ? arrays[0] : Py_None,
@@ -219,31 +385,15 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
     Py_RETURN_TRUE;
 }
 
-static int read_side(PyObject *description, Side *side, int write)
-{
-    long long n, at;
-    if (!PyArg_ParseTuple(description, "LL", &n, &at))
-        return -1;
-    side->n = (Py_ssize_t)n;
-    side->at = (int64_t)at;
-    side->write = write;
-    return 0;
-}
-
 static PyObject *entry_arm(Entry *self, PyObject *args)
 {
-    PyObject *pattern, *dtype, *calls, *prepared, *executor, *state, *handles, *finish;
-    PyObject *send_side, *recv_side, *value;
-    unsigned long long run;
-    long long state_at, state_n, handles_at, handles_n, polls, tag, done, mismatch;
-    Side sides[2];
+    PyObject *pattern, *calls, *prepared, *executor, *bound, *finish, *value;
+    long long polls, tag;
     int kinds[MOST_ARGUMENTS], buffers[MOST_ARGUMENTS];
     PyObject *values[MOST_ARGUMENTS];
     Py_ssize_t i, n;
-    if (!PyArg_ParseTuple(args, "O!O(OOOOOOKLLLLLLLLOO)", &PyTuple_Type, &pattern, &dtype,
-                          &calls, &prepared, &executor, &state, &handles, &finish, &run,
-                          &state_at, &state_n, &handles_at, &handles_n, &polls, &tag, &done,
-                          &mismatch, &send_side, &recv_side))
+    if (!PyArg_ParseTuple(args, "O!(OOOO!OLL)", &PyTuple_Type, &pattern, &calls, &prepared,
+                          &executor, &BoundType, &bound, &finish, &polls, &tag))
         return NULL;
     n = PyTuple_GET_SIZE(pattern);
     if (n > MOST_ARGUMENTS) {
@@ -263,8 +413,6 @@ static PyObject *entry_arm(Entry *self, PyObject *args)
             return NULL;
         }
     }
-    if (read_side(send_side, &sides[0], 0) < 0 || read_side(recv_side, &sides[1], 1) < 0)
-        return NULL;
     clear_call(self);
     for (i = 0; i < n; i++) {
         Py_INCREF(values[i]);
@@ -274,15 +422,12 @@ static PyObject *entry_arm(Entry *self, PyObject *args)
     }
     self->arguments = n;
 #define KEEP(field) (Py_INCREF(field), self->field = (field))
-    KEEP(dtype); KEEP(calls); KEEP(prepared); KEEP(executor); KEEP(state); KEEP(handles);
-    KEEP(finish);
+    KEEP(calls); KEEP(prepared); KEEP(executor); KEEP(finish);
 #undef KEEP
-    self->run = (compiled_run)(uintptr_t)run;
-    self->state_at = state_at; self->state_n = state_n;
-    self->handles_at = handles_at; self->handles_n = handles_n;
-    self->polls = polls; self->tag = tag; self->done = done; self->mismatch = mismatch;
-    self->sides[0] = sides[0];
-    self->sides[1] = sides[1];
+    Py_INCREF(bound);
+    self->bound = (Bound *)bound;
+    self->polls = polls;
+    self->tag = tag;
     self->armed = 1;
     Py_RETURN_NONE;
 }
@@ -316,9 +461,8 @@ static int entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_ssize_t i;
     for (i = 0; i < self->arguments; i++)
         Py_VISIT(self->values[i]);
-    Py_VISIT(self->dtype); Py_VISIT(self->calls); Py_VISIT(self->prepared);
-    Py_VISIT(self->executor); Py_VISIT(self->state); Py_VISIT(self->handles);
-    Py_VISIT(self->finish);
+    Py_VISIT(self->calls); Py_VISIT(self->prepared); Py_VISIT(self->executor);
+    Py_VISIT(self->finish); Py_VISIT(self->bound);
     return 0;
 }
 
@@ -337,10 +481,9 @@ static void entry_dealloc(Entry *self)
 
 static PyMethodDef entry_methods[] = {
     {"arm", (PyCFunction)entry_arm, METH_VARARGS,
-     "arm(pattern, dtype, (calls, prepared, executor, state, handles, finish, run, state_at, "
-     "state_n, handles_at, handles_n, polls, tag, done, mismatch, (send_n, send_at), "
-     "(recv_n, recv_at))): serve repeats of this call (pattern: a (kind, value, buffer) per "
-     "argument; kinds SAME, EQUAL, ARRAY, SPEC, ANY)"},
+     "arm(pattern, (calls, prepared, executor, bound, finish, polls, tag)): serve repeats of "
+     "this call (pattern: a (kind, value, buffer) per argument; kinds SAME, EQUAL, ARRAY, "
+     "SPEC, ANY; bound: the executor's Bound)"},
     {"disarm", (PyCFunction)entry_disarm, METH_NOARGS, "serve no call (release the armed one)"},
     {NULL}
 };
@@ -374,7 +517,7 @@ static struct PyModuleDef entry_module = {
 PyMODINIT_FUNC PyInit__entry(void)
 {
     PyObject *module, *numpy;
-    if (PyType_Ready(&EntryType) < 0)
+    if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&BoundType) < 0)
         return NULL;
     numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)
@@ -389,13 +532,16 @@ PyMODINIT_FUNC PyInit__entry(void)
     if (module == NULL)
         return NULL;
     Py_INCREF(&EntryType);
+    Py_INCREF(&BoundType);
     if (PyModule_AddIntConstant(module, "SAME", SAME) < 0 ||
             PyModule_AddIntConstant(module, "EQUAL", EQUAL) < 0 ||
             PyModule_AddIntConstant(module, "ARRAY", ARRAY) < 0 ||
             PyModule_AddIntConstant(module, "SPEC", SPEC) < 0 ||
             PyModule_AddIntConstant(module, "ANY", ANY) < 0 ||
-            PyModule_AddObject(module, "Entry", (PyObject *)&EntryType) < 0) {
+            PyModule_AddObject(module, "Entry", (PyObject *)&EntryType) < 0 ||
+            PyModule_AddObject(module, "Bound", (PyObject *)&BoundType) < 0) {
         Py_DECREF(&EntryType);
+        Py_DECREF(&BoundType);
         Py_DECREF(module);
         return NULL;
     }

@@ -19,14 +19,16 @@ polls never returns to Python before it is done.
 
 A call's constants (counts, the functions' addresses, tags) and its scratch (the request,
 flags, a status) live in one int64 array made once per validated call, its handles in an
-array as wide as the library's handles; the compiled function also checks the buffers
-against the validated call (size, C layout, writability, no overlap; the caller checks the
-dtype, which selects the compiled code), so that a repeated call needs no other validation
-in Python (:class:`NativeCall` reports a mismatch and the caller validates from scratch).
-The functions are called through their addresses read at run time (:mod:`.libmpi`), so
+array as wide as the library's handles.  The call's :class:`~.entry.Bound` (C) checks the
+buffers against the validated call (dtype, size, C layout, writability, no overlap) and
+calls the compiled functions by address (:func:`functions`), so that a repeated call needs
+no other validation in Python and no Numba dispatch (:class:`NativeCall` reports a mismatch
+and the caller validates from scratch); where that C code was not built, the Numba
+functions check the buffers themselves (:func:`_start`, compiled per dtype and layout).
+The MPI functions are called through their addresses read at run time (:mod:`.libmpi`), so
 the compiled code holds no address of this process and Numba caches it on disk, as the
 other kernels: the posting and polling once per handle width (about a second in a fresh
-cache), the check of the buffers per dtype and layout (a fraction of that).
+cache).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from mpi4py import MPI
 from .. import settings
 from ..collectives import nonblocking, spec
 from ..schedule import Call, offsets
-from . import abandoned, libmpi, progress
+from . import abandoned, buffers, entry, libmpi, progress
 from .kernels import computes
 from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
                      carray_at, plain)
@@ -115,8 +117,7 @@ class NativeCall:
     run at a time (``busy``; :meth:`twin` gives another for a call that may overlap)."""
 
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
-                 send_n: int | None, recv_n: int | None, datatype: MPI.Datatype,
-                 op: MPI.Op | None):
+                 send_n: int | None, recv_n: int | None, dtype: np.dtype, op: MPI.Op | None):
         """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
         receive buffer is not used (a reduce's non-root ranks); ``guard``'s revocation
         notices are probed for on its ``notices`` communicator."""
@@ -131,12 +132,14 @@ class NativeCall:
         state[VECTORS], state[ROW] = self.vectors.ctypes.data, self.vectors[0].nbytes
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
-        self.handles = np.array([libmpi.handle(datatype), 0 if op is None else libmpi.handle(op),
+        self.handles = np.array([libmpi.handle(buffers.mpi_datatype(dtype)),
+                                 0 if op is None else libmpi.handle(op),
                                  libmpi.handle(comm), libmpi.handle(guard.notices)],
                                 libmpi.handle_dtype())
         state[NOTICE_TAG], state[ANY_SOURCE] = guard.notice_tag, MPI.ANY_SOURCE
         self.polls = progress.idle_polls()
-        self.launch, self.poll = _compiled()
+        self.dtype = dtype
+        self.bound = self._bind()
         self.busy = False
         self.memory: tuple = ()         # the arrays of the run in flight
 
@@ -145,7 +148,24 @@ class NativeCall:
         may be in flight)."""
         twin = copy.copy(self)
         twin.state = self.state.copy()
+        twin.bound = twin._bind()
         return twin
+
+    def _bind(self) -> Any:
+        """This call's compiled functions bound to its state (:func:`.entry.bind`): run
+        posts (:func:`_post`), resume polls (:func:`_test`); the send buffer is taken from
+        the caller unless in place (or none), the receive buffer unless not used."""
+        state, handles = self.state, self.handles
+        send = (-1, int(state[IN_PLACE])) if state[IN_PLACE] else (int(state[SEND_N]), 0)
+        recv = (-1, 0) if state[RECV_N] < 0 else (int(state[RECV_N]), 0)
+
+        def dispatched() -> entry.Dispatched:
+            launch, poll = _compiled()
+            return entry.Dispatched(
+                lambda s, r, polls, tag: launch(r if s is None else s, s if r is None else r,
+                                                state, handles, polls),
+                lambda polls, tag: poll(state, handles, polls))
+        return entry.bind(functions, state, handles, self.dtype, send, recv, dispatched)
 
     def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
               ) -> Any:
@@ -160,11 +180,7 @@ class NativeCall:
         messages.)"""
         if self.busy:
             return None
-        if send is None:
-            send = recv
-        elif recv is None:
-            recv = send
-        code = self.launch(send, recv, self.state, self.handles, polls)
+        code = self.bound(send, recv, polls, tag)
         if code == DONE:
             return COMPLETED
         if code == MISMATCH:
@@ -180,20 +196,10 @@ class NativeCall:
             self._finish(code)
         return self
 
-    def entry(self) -> tuple:
-        """What the C entry runs this call with (:mod:`.entry`): the compiled function's
-        address, the state, the handles, and per buffer (send, recv) the elements taken from
-        the caller and the address it must have (0: any), or -1 and the address passed
-        instead (in place, or not used)."""
-        state = self.state
-        send = (-1, int(state[IN_PLACE])) if state[IN_PLACE] else (int(state[SEND_N]), 0)
-        recv = (-1, 0) if state[RECV_N] < 0 else (int(state[RECV_N]), 0)
-        return entry_function(), state, self.handles, send, recv
-
     def test(self) -> bool:
         if not self.busy:
             return True
-        code = self.poll(self.state, self.handles, 1)
+        code = self.bound.resume(1, 0)
         if code == PENDING and not self.overdue():
             return False
         self._finish(code)
@@ -201,7 +207,7 @@ class NativeCall:
 
     def wait(self) -> None:
         if self.busy:
-            self._finish(self.poll(self.state, self.handles, self.polls))
+            self._finish(self.bound.resume(self.polls, 0))
 
     def overdue(self) -> bool:
         """Whether the call in flight is past its deadline (counted from its start)."""
@@ -260,20 +266,27 @@ def executor(collective: str, dtype: np.dtype) -> str:
 
 
 @lru_cache(maxsize=1)
-def entry_function() -> int:
-    """The address of ``int64 run(send_at, recv_at, state_at, state_n, handles_at, handles_n,
-    polls, tag)``: :func:`_post` on the arrays at those addresses (the checks of the buffers
-    made by the caller, the C entry of :mod:`.entry`; the tag unused: the library tags its
-    own messages).  Compiled once per handle width, cached on disk."""
+def functions() -> tuple[int, int]:
+    """The addresses of ``int64 run(send_at, recv_at, state_at, state_n, handles_at,
+    handles_n, polls, tag)`` -- :func:`_post` on the arrays at those addresses (the buffers
+    checked by the caller, the :class:`~.entry.Bound`; the tag unused: the library tags its
+    own messages) -- and of ``resume`` of the same signature, :func:`_test` (the buffers and
+    tag unused).  Compiled once per handle width, cached on disk."""
     from numba import cfunc, types
     _compiled()
     like_state, like_handles = np.empty(0, np.int64), np.empty(0, libmpi.handle_dtype())
+    signature = types.int64(*[types.int64] * 8)
 
-    @cfunc(types.int64(*[types.int64] * 8), cache=True)
+    @cfunc(signature, cache=True)
     def run(send_at, recv_at, state_at, state_n, handles_at, handles_n, polls, tag):
         return _post(send_at, recv_at, carray_at(state_at, state_n, like_state),
                      carray_at(handles_at, handles_n, like_handles), polls)
-    return run.address
+
+    @cfunc(signature, cache=True)
+    def resume(send_at, recv_at, state_at, state_n, handles_at, handles_n, polls, tag):
+        return _test(carray_at(state_at, state_n, like_state),
+                     carray_at(handles_at, handles_n, like_handles), polls)
+    return run.address, resume.address
 
 
 @lru_cache(maxsize=1)

@@ -74,8 +74,7 @@ class Operation:
                 self._post()
             else:
                 self.runner = runner
-                self._ran(runner.function(runner.send, runner.recv, runner.state,
-                                          runner.handles, 0, self.tag))
+                self._ran(runner.bound.resume(0, self.tag))
         except BaseException as error:
             raise self._fail(error) from None
         return self
@@ -111,17 +110,15 @@ class Operation:
     def _run_compiled(self, polls: int) -> None:
         """Run with the compiled function until done, yielding the core between its calls
         once it has polled ``polls`` times, with the deadline and notices checked here."""
-        runner = self.runner
-        function, send, recv, state, handles, tag = \
-            runner.function, runner.send, runner.recv, runner.state, runner.handles, self.tag
-        code = function(send, recv, state, handles, polls, tag)
+        resume, tag = self.runner.bound.resume, self.tag
+        code = resume(polls, tag)
         spins = 0
         while code == PENDING:
             spins += 1
             if spins % 64 == 0:
                 self._check_compiled()
             os.sched_yield()
-            code = function(send, recv, state, handles, 1, tag)
+            code = resume(1, tag)
         self._ran(code)
 
     def _check_compiled(self) -> None:
@@ -216,8 +213,7 @@ class Operation:
     def _test(self) -> bool:
         runner = self.runner
         if runner is not None and not self.done:
-            code = runner.function(runner.send, runner.recv, runner.state, runner.handles, 1,
-                                   self.tag)
+            code = runner.bound.resume(1, self.tag)
             if code == PENDING:
                 self._check_compiled()
                 return False

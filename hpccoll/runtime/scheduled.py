@@ -19,17 +19,18 @@ one poll each, checks the step's deadline (counted from the step's post, as on t
 executor) and another rank's revocation notices, and on any failure abandons the binding as
 it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a failure are
 unchanged (:meth:`Runner.in_flight` gives the operation the step's open requests).  The
-function also checks the buffers it is given against the bound ones
-(addresses, sizes, layout, writability): a repeat on other arrays is :data:`MISMATCH`, and the
-caller binds them in Python.
+runner's :class:`~.entry.Bound` (C) checks the buffers it is given against the bound ones
+(dtype, addresses, sizes, layout, writability) and calls the function by address
+(:func:`functions`), with no Numba dispatch: a repeat on other arrays is :data:`MISMATCH`,
+and the caller binds them in Python.
 
 It runs where every piece is compiled: host memory, no shared window, a dtype Numba computes
 with (not float16; booleans only when reducing), an op with a kernel (MPI's predefined ones)
 an MPI library :mod:`.libmpi` knows, and messages of at most 2^31-1 elements (counts pass as
 C ints); elsewhere the Python executor runs.  What it runs is compiled once per handle
-width (a first use in a fresh cache compiles for a few seconds); the check of the arrays
-before it, per dtype and layout, and a reduction per op and dtype compile in well under a
-second each; all are cached on disk.
+width (a first use in a fresh cache compiles for a few seconds); a reduction per op and
+dtype (and, where the C code was not built, the check of the arrays per dtype and layout:
+:func:`_checked`) compile in well under a second each; all are cached on disk.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..schedule import Region
-from . import buffers, libmpi, progress
+from . import buffers, entry, libmpi, progress
 from .kernels import Reduction, reduce_pair, reduce_strided, work_refusal
 from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
 from .progress import COMPLETED
@@ -130,7 +131,7 @@ class Runner:
     ``binding.runner is`` this runner (the binding not freed or abandoned) and
     ``binding.busy`` is false (no run in flight on it)."""
 
-    __slots__ = ("binding", "state", "handles", "function", "send", "recv", "polls", "reduce",
+    __slots__ = ("binding", "state", "handles", "bound", "send", "recv", "polls", "reduce",
                  "guard", "tag", "memory", "operation")
 
     def __init__(self, binding: Binding, reduce: Reduction | None, comm: MPI.Comm,
@@ -172,7 +173,7 @@ class Runner:
             for kind in {row[KIND] for row in tables["ops"]} - {COPY}:
                 state[REDUCE_PAIR + kind - PAIR] = _reducer(reduce.op, binding.plan.dtype,
                                                             kind)
-        self.function = _compiled()
+        self.bound = self._bind()
 
     def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
               ) -> Any:
@@ -184,10 +185,7 @@ class Runner:
         that fails or meets a notice raises as an operation's does."""
         if self.busy:
             return None
-        if recv is None:
-            recv = self.recv
-        code = self.function(recv if send is None else send, recv, self.state, self.handles,
-                             polls, tag)
+        code = self.bound(send, recv, polls, tag)
         if code == DONE:
             return COMPLETED
         if code == MISMATCH:
@@ -211,13 +209,22 @@ class Runner:
         binding = self.binding
         return binding.runner is not self or binding.busy
 
-    def entry(self) -> tuple:
-        """What the C entry runs this binding with (as :meth:`.native.NativeCall.entry`
-        says): the buffers at their bound addresses only."""
-        state = self.state
+    def _bind(self) -> Any:
+        """This runner's compiled function bound to its state (:func:`.entry.bind`; run and
+        resume are the same function, which runs from where the state is): the buffers at
+        their bound addresses only, the receive one bound where the caller passes none."""
+        state, handles, bound_send, bound_recv = self.state, self.handles, self.send, self.recv
         send = (-1, 0) if state[IN_PLACE] else (int(state[SEND_N]), int(state[SEND_AT]))
-        return (entry_function(), state, self.handles, send,
-                (int(state[RECV_N]), int(state[RECV_AT])))
+
+        def dispatched() -> entry.Dispatched:
+            function = _compiled()
+            return entry.Dispatched(
+                lambda s, r, polls, tag: function(
+                    (bound_recv if r is None else r) if s is None else s,
+                    bound_recv if r is None else r, state, handles, polls, tag),
+                lambda polls, tag: function(bound_send, bound_recv, state, handles, polls, tag))
+        return entry.bind(functions, state, handles, self.binding.plan.dtype, send,
+                          (int(state[RECV_N]), int(state[RECV_AT])), dispatched)
 
     def test(self) -> bool:
         if self.operation is None:
@@ -230,8 +237,7 @@ class Runner:
         if self.operation is None:
             if not self.binding.busy:
                 return
-            code = self.function(self.send, self.recv, self.state, self.handles, self.polls,
-                                 self.tag)
+            code = self.bound.resume(self.polls, self.tag)
             if code == DONE:
                 self.binding.busy, self.memory = False, ()
                 return
@@ -335,7 +341,8 @@ def _tables(binding: Binding) -> dict[str, list[tuple[int, ...]]]:
 def _compiled() -> Any:
     """``function(send, recv, state, handles, polls, tag)`` compiled (Numba imported on first
     use); see the module doc and :class:`Runner`.  :func:`_checked` checks the arrays (Numba
-    specialises it for their dtypes and layouts: a few lines each) and calls :func:`_run`,
+    specialises it for their dtypes and layouts: a few lines each; the runner's
+    :class:`~.entry.Dispatched`, where the C code was not built) and calls :func:`_run`,
     compiled once for every dtype and op (copies move bytes, reductions call the C functions
     of the call's op and dtype, :func:`_reducer`, whose addresses the state holds).  ``_run``
     is compiled in place, a global of ``_checked``, as :func:`.native._compiled` says why."""
@@ -347,11 +354,11 @@ def _compiled() -> Any:
 
 
 @lru_cache(maxsize=1)
-def entry_function() -> int:
-    """The address of ``int64 run(send_at, recv_at, state_at, state_n, handles_at, handles_n,
-    polls, tag)``: :func:`_run` on the arrays at those addresses (the buffers, checked by the
-    caller against the bound ones, unused: the C entry of :mod:`.entry`).  Compiled once per
-    handle width, cached on disk."""
+def functions() -> tuple[int, int]:
+    """The addresses of ``int64 run(send_at, recv_at, state_at, state_n, handles_at,
+    handles_n, polls, tag)``, :func:`_run` on the arrays at those addresses (the buffers,
+    checked by the caller against the bound ones, unused: the :class:`~.entry.Bound`), run
+    and resume alike.  Compiled once per handle width, cached on disk."""
     from numba import cfunc, types
     _compiled()
     like_state, like_handles = np.empty(0, np.int64), np.empty(0, libmpi.handle_dtype())
@@ -360,7 +367,7 @@ def entry_function() -> int:
     def run(send_at, recv_at, state_at, state_n, handles_at, handles_n, polls, tag):
         return _run(carray_at(state_at, state_n, like_state),
                     carray_at(handles_at, handles_n, like_handles), polls, tag)
-    return run.address
+    return run.address, run.address
 
 
 def _checked(send, recv, state, handles, polls, tag):

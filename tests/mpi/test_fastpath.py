@@ -470,8 +470,9 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
     collective's C entry, without the Python path; each change of the call -- other arrays
     (scheduled: bound to their addresses), sizes, spec numbers, dtype, op, algorithm,
     options, a strided or read-only buffer, the validated calls forgotten -- is declined and
-    served (or refused) by the Python path; every result is NumPy's.  Then the same with
-    the entry's stand-in (a build without a C compiler), which declines everything."""
+    served (or refused) by the Python path; every result is NumPy's.  Then the same as a
+    build without a C compiler runs: the entry's stand-in, which declines everything, and
+    executors that call their Numba functions from Python (entry.Dispatched)."""
     import hpccoll
     from hpccoll import api
     from hpccoll.runtime import entry, libmpi
@@ -498,9 +499,12 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
                 assert (python_calls == []) == through_c, (k, python_calls)
 
     for stand_in in (False, True):
-        if stand_in:
+        if stand_in:        # (and executors made from now on call Numba from Python)
             for name in api._entries:
                 monkeypatch.setattr(api, f"_entry_{name}", entry.StandIn())
+                monkeypatch.setitem(api._entries, name, getattr(api, f"_entry_{name}"))
+            monkeypatch.setattr(entry, "COMPILED", False)
+            hpccoll.configure(timeout=hpccoll.settings.current.timeout)   # forgets calls
         for algorithm in ("native", "ring"):
             # (a scheduled call at 1 rank is a copy, which the entry makes itself)
             through_c = not stand_in and (libmpi.available() or p == 1 and algorithm == "ring")
@@ -532,6 +536,9 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
                      total if r == p - 1 else np.full(8, -1.0), mine),
                     (bcast, xs[0], z)):
                 served(make, want, out, through_c)
+            executor = api._last_calls["allreduce"].executor
+            if executor is not None:
+                assert isinstance(executor.bound, entry.Dispatched if stand_in else entry.Bound)
             other = np.empty(8)
             changes = [    # (the call changed, the array it writes, what it must hold)
                 (lambda: hpccoll.allreduce(comm, x.copy(), other, algorithm=algorithm),

@@ -1,7 +1,8 @@
-"""The C entry of repeated blocking calls (hpccoll.runtime.entry): built, numbered as the
-Python side numbers its pattern kinds, refusing malformed patterns, declining every call
-when not armed.  (Its serving of real calls is tested under MPI: tests/mpi/test_fastpath.py,
-tests/mpi/test_comm_fastpath.py.)"""
+"""The compiled executors' calls from C (hpccoll.runtime.entry): built, numbered as the
+Python side numbers its pattern kinds; a Bound checks the buffers as the compiled checks did
+(here with no executor function: one rank's copy); the entry refuses malformed patterns and
+declines every call when not armed.  (Serving real calls is tested under MPI:
+tests/mpi/test_fastpath.py, tests/mpi/test_comm_fastpath.py.)"""
 
 from __future__ import annotations
 
@@ -9,20 +10,58 @@ import numpy as np
 import pytest
 
 from hpccoll.runtime import entry
+from hpccoll.runtime.libmpi import DONE, MISMATCH
 
 
 def test_the_c_entry_is_built_and_numbered_as_python_numbers_it():
     from hpccoll.runtime import _entry
-    assert entry.COMPILED and entry.Entry is _entry.Entry
+    assert entry.COMPILED and entry.Entry is _entry.Entry and entry.Bound is _entry.Bound
     assert (_entry.SAME, _entry.EQUAL, _entry.ARRAY, _entry.SPEC, _entry.ANY) == \
         (entry.SAME, entry.EQUAL, entry.ARRAY, entry.SPEC, entry.ANY)
 
 
-def run_tuple(state: np.ndarray, handles: np.ndarray) -> tuple:
-    """What arm takes after the pattern and dtype (an address no call reaches: nothing is
-    armed by the malformed patterns here)."""
-    return ({}, object(), object(), state, handles, print, 0, state.ctypes.data, state.size,
-            handles.ctypes.data, handles.size, 1, 0, 0, 3, (-1, 0), (4, 0))
+def copying(send: tuple[int, int] = (4, 0), recv: tuple[int, int] = (4, 0)) -> entry.Bound:
+    """A Bound with no executor function: one rank's call, which copies the send buffer."""
+    state = np.zeros(4, np.int64)
+    return entry.bind(lambda: (0, 0), state, state, np.dtype(np.float64), send, recv,
+                      lambda: None)
+
+
+def test_a_bound_copy_takes_only_buffers_as_bound():
+    bound = copying()
+    send, recv = np.arange(4.0), np.zeros(4)
+    assert bound(send, recv, 0, 0) == DONE and np.array_equal(recv, send)
+    assert bound.resume(5, 0) == DONE              # (no function: nothing to run on)
+    backing = np.zeros(8)
+    for wrong_send, wrong_recv in [
+            (np.arange(4, dtype=np.float32), recv),      # another dtype
+            (np.arange(5.0), recv),                      # another size
+            (send, np.zeros(8)[::2]),                    # not C-contiguous
+            (backing[:4], backing[2:6]),                 # overlapping
+            (None, recv),                                # no send buffer where one is taken
+            (list(send), recv),                          # not a NumPy array
+    ]:
+        recv[...] = backing[...] = -1
+        assert bound(wrong_send, wrong_recv, 0, 0) == MISMATCH, (wrong_send, wrong_recv)
+        assert (recv == -1).all() and (backing == -1).all()
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    assert bound(send, frozen, 0, 0) == MISMATCH and (frozen == 0).all()   # read-only recv
+    fixed = copying(recv=(4, recv.ctypes.data))      # the receive buffer at one address only
+    assert fixed(send, np.zeros(4), 0, 0) == MISMATCH
+    recv[...] = 0
+    assert fixed(send, None, 0, 0) == DONE          # none given: the bound one, not copied
+    assert fixed(send, recv, 0, 0) == DONE and np.array_equal(recv, send)
+    assert copying(send=(-1, 0))(None, recv, 0, 0) == DONE      # no send buffer taken
+    with pytest.raises(TypeError):
+        bound(send, recv, 0)
+    with pytest.raises(TypeError):
+        entry.Entry().arm((), ({}, object(), object(), object(), print, 1, 0))   # no Bound
+
+
+def run_tuple() -> tuple:
+    """What arm takes after the pattern (nothing is armed by the malformed patterns here)."""
+    return ({}, object(), object(), copying(), print, 1, 0)
 
 
 @pytest.mark.parametrize("pattern, error", [
@@ -34,9 +73,8 @@ def run_tuple(state: np.ndarray, handles: np.ndarray) -> tuple:
 ])
 def test_malformed_patterns_are_refused_and_nothing_armed(pattern, error):
     armed = entry.Entry()
-    state, handles = np.zeros(4, np.int64), np.zeros(4, np.int64)
     with pytest.raises(error):
-        armed.arm(pattern, np.dtype(np.float64), run_tuple(state, handles))
+        armed.arm(pattern, run_tuple())
     assert not armed.armed
     assert armed(1, 2, 3) is False
 
