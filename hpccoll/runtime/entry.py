@@ -26,9 +26,6 @@ Numba functions from Python (:class:`Dispatched`).
 from __future__ import annotations
 
 from typing import Any, Callable
-
-from .libmpi import DONE, MISMATCH
-
 # What an argument of an armed call must be in a repeat (a pattern item is (kind, value,
 # buffer): buffer 0 the send buffer, 1 the receive one, -1 neither): the same object, an equal
 # value of the same type, a NumPy array of the call's dtype, a spec -- a list or tuple of such
@@ -81,6 +78,7 @@ def bind(functions: Callable[[], tuple[int, int]], state: Any, handles: Any, dty
     ``(elements, address)`` -- taken from the caller (elements >= 0; at its own address when
     the address is 0, else only there) or not (elements < 0: the address is passed); where
     the C entry was not built, ``dispatched()``."""
+    from .libmpi import DONE, MISMATCH     # (imports mpi4py.MPI: not on importing this)
     if not COMPILED:
         return dispatched()
     run, resume = functions()
