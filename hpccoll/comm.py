@@ -123,10 +123,11 @@ class CommPrequest(CommRequest):
     (:class:`hpccoll.PersistentRequest`) with mpi4py's Prequest methods: ``Start()``, then
     ``Wait()``/``Test()``, again and again; ``Free()`` releases it."""
 
-    __slots__ = ()
+    __slots__ = ("Start",)
 
-    def Start(self) -> None:
-        self._request.start()
+    def __init__(self, request: Any):
+        super().__init__(request)
+        self.Start = request.start      # (its own method: no frame of this object's)
 
     def Test(self, status: Any = None) -> bool:
         return self._request.test()

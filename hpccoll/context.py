@@ -236,6 +236,10 @@ class Context:
                 comm.Free()
             else:
                 abandoned.retire(comm)
+        # (what was made on this context -- a persistent request -- raises from now on)
+        self.revoked = CommunicatorRevoked(
+            "hpccoll's state of this communicator was released (by hpccoll.recover(comm), "
+            "or the communicator freed): a request made before then must be made again")
 
 
 def _delete_context(comm: MPI.Comm, keyval: int, context: Context) -> None:

@@ -19,8 +19,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import settings
-from .runtime import abandoned
+from .runtime import abandoned, libmpi
 from .runtime.agreement import gather_rows
+from .runtime.entry import Dispatched, Started
+from .runtime.libmpi import PENDING
+from .runtime.native import NativeCall
 from .runtime.operation import Operation
 from .runtime.progress import COMPLETED, Guard, deadline_from, wait_requests
 
@@ -28,24 +31,14 @@ if TYPE_CHECKING:
     from .prepared import Prepared
 
 
-class Request:
+class Request(Started):
     """A started collective: ``test()`` makes progress without blocking, ``wait()`` completes;
-    after completion both return at once (``wait()`` twice is harmless)."""
+    after completion both return at once (``wait()`` twice is harmless).  A ``wait()`` or
+    ``test()`` that raises ends the run too (its transfers left to
+    :mod:`~.runtime.abandoned`).  Its base (:class:`~.runtime.entry.Started`) is C where
+    the C entry was built."""
 
-    __slots__ = ("_operation",)
-
-    def __init__(self, operation: Any):
-        self._operation = operation
-
-    def test(self) -> bool:
-        if self._operation.test():
-            self._operation = COMPLETED
-            return True
-        return False
-
-    def wait(self) -> None:
-        self._operation.wait()
-        self._operation = COMPLETED
+    __slots__ = ()
 
 
 class PersistentRequest(Request):
@@ -55,7 +48,10 @@ class PersistentRequest(Request):
     States as MPI's persistent requests: inactive (made, or completed) -> ``start()`` ->
     active -> ``wait()``/``test()`` True -> inactive.  ``start()`` or ``free()`` while active
     raise RuntimeError; ``wait()``/``test()`` while inactive return at once; after ``free()``
-    only ``free()`` (harmless) and ``wait()``/``test()`` are allowed.
+    only ``free()`` (harmless) and ``wait()``/``test()`` are allowed.  A ``wait()`` or
+    ``test()`` that raises (the failure model: a deadline, a revocation) ends the run too:
+    the request is inactive, its next ``start()`` raises CommunicatorRevoked, and ``free()``
+    leaves MPI's request to :mod:`~.runtime.abandoned` until its transfers complete.
 
     A start runs on the request's compiled executor where it has one: for a scheduled
     algorithm, the runner of its binding once a run has been on the compiled executor
@@ -64,10 +60,11 @@ class PersistentRequest(Request):
     made here, started by ``MPI_Start``: :class:`NativePersistent`), else the compiled
     native executor (on a state of its own); anything but a clean completion goes to an
     :class:`~hpccoll.runtime.operation.Operation` (deadline, notices, failure) as on the
-    first run."""
+    first run.  On the compiled native executor, ``start()``, ``wait()`` and ``test()`` run
+    from C while runs are clean (:class:`~.runtime.entry.Started`, armed here)."""
 
     __slots__ = ("_prepared", "_send", "_recv", "_slot", "_tag", "_freed", "_executor",
-                 "_copy", "_arguments")
+                 "_persistent", "_copy", "_arguments")
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)
@@ -76,25 +73,32 @@ class PersistentRequest(Request):
         self._tag = prepared.tag(self._slot)
         self._freed = False
         self._executor: Any = None      # the compiled executor a start runs on, once known
+        self._persistent: NativePersistent | None = None
         self._copy = None       # one rank, a scheduled algorithm: (recv, send) flat views
         if prepared.local_copy and sendbuf is not None:
             self._copy = (recvbuf.reshape(-1), sendbuf.reshape(-1))
         # what a start passes its executor (one tuple: a call that adds to it is slower)
         self._arguments = (sendbuf, None if prepared.ignores_recv else recvbuf, self._tag, 0)
         if prepared.plan is None and not prepared.moves_nothing:
-            self._executor = NativePersistent.of(prepared, sendbuf, recvbuf)
-            if self._executor is None and prepared.compiled is not None:
+            self._persistent = NativePersistent.of(prepared, sendbuf, recvbuf)
+            if self._persistent is not None:
+                self._executor = self._persistent.executor
+            elif prepared.compiled is not None:
                 self._executor = prepared.compiled.twin()
+            executor = self._executor
+            if isinstance(executor, NativeCall) and not isinstance(executor.bound, Dispatched):
+                self._arm(executor.bound, executor, self._arguments[:2], prepared.ctx,
+                          settings, PENDING, executor.polls, self._tag)
 
     @property
     def active(self) -> bool:
-        return self._operation is not None and self._operation is not COMPLETED
+        return self._operation is not None
 
-    def start(self) -> None:
+    def _start(self) -> None:
+        """``start()`` in Python (where the C one does not start the run itself)."""
         if self._freed:
             raise RuntimeError("persistent collective started after free()")
-        operation = self._operation
-        if operation is not None and operation is not COMPLETED:       # (active)
+        if self._operation is not None:
             raise RuntimeError("persistent collective started again before it completed "
                                "(wait() or test() first)")
         prepared = self._prepared
@@ -118,46 +122,42 @@ class PersistentRequest(Request):
                 self._executor = runner
                 self._arguments = (runner.send, runner.recv, self._tag, 0)
 
-    def test(self) -> bool:
-        operation = self._operation
-        if operation is None or operation is COMPLETED:
-            return True
-        if operation.test():
-            self._operation = COMPLETED
-            return True
-        return False
-
-    def wait(self) -> None:
-        operation = self._operation
-        if operation is not None:
-            operation.wait()
-            self._operation = COMPLETED
-
     def free(self) -> None:
         if self.active:
             raise RuntimeError("persistent collective freed while active (wait() first)")
         if not self._freed:
             self._freed = True
-            if isinstance(self._executor, NativePersistent):
-                self._executor.free()
-            self._executor = self._copy = None
+            self._disarm()
+            if self._persistent is not None:
+                self._persistent.free()
+            self._executor = self._persistent = self._copy = None
 
 
 class NativePersistent:
     """The MPI library's own persistent collective (MPI-4), made once for a persistent
-    request's buffers (:meth:`of`): :meth:`start` starts it (``MPI_Start``) and returns a
-    :class:`NativeOperation` on it, so that its test, wait, deadline and failures are those
-    of every native call.  A persistent collective matches only the same persistent
+    request's buffers (:meth:`of`) and started (``MPI_Start``) by its ``executor``: the
+    compiled native executor where it runs with this library
+    (:meth:`~.runtime.native.NativeCall.persistent`), else :meth:`start`, which returns a
+    :class:`NativeOperation` on it -- either way its test, wait, deadline and failures are
+    those of every native call.  A persistent collective matches only the same persistent
     collective on the other ranks, so the ranks agree, when the request is made, to use it
     (every rank's buffers on the host); the MPI request is freed by :meth:`free`, or when
     this is collected, unless a failed run left it to :mod:`~.runtime.abandoned`."""
 
-    __slots__ = ("held", "label", "memory", "guard", "__weakref__")
+    __slots__ = ("held", "label", "memory", "guard", "compiled", "__weakref__")
 
     def __init__(self, request: MPI.Prequest, label: str, memory: tuple, guard: Guard):
         self.held = _Held(request)
         self.label, self.memory, self.guard = label, memory, guard
+        self.compiled = None
+        if libmpi.available():
+            self.compiled = self.held.operation = NativeCall.persistent(request, label, guard)
         weakref.finalize(self, self.held.free)
+
+    @property
+    def executor(self) -> Any:
+        """What a start runs on (``start(send, recv, tag, polls)``)."""
+        return self if self.compiled is None else self.compiled
 
     @staticmethod
     def of(prepared: "Prepared", send: Any, recv: Any) -> "NativePersistent | None":
@@ -203,8 +203,9 @@ class NativePersistent:
 
 
 class _Held:
-    """A persistent MPI request and its last run: freed once, and only when inactive (a run
-    that failed left it in flight, held by :mod:`~.runtime.abandoned`)."""
+    """A persistent MPI request and what runs it (its last run's operation, or the compiled
+    call): freed once, and only when inactive (``done``: a run that failed left it in
+    flight, held by :mod:`~.runtime.abandoned`)."""
 
     __slots__ = ("request", "operation")
 

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 typedef int64_t (*compiled_run)(int64_t send_at, int64_t recv_at, int64_t state_at,
                                 int64_t state_n, int64_t handles_at, int64_t handles_n,
@@ -509,6 +510,273 @@ static PyTypeObject EntryType = {
     .tp_getset = entry_getset,
 };
 
+/* A started collective: hpccoll.requests.Request's base.  `_operation` completes the run
+ * (its test() and wait()), None once complete; a wait() or test() that raises ends the run
+ * too.  Armed with an executor's run (arm(): a persistent request on the compiled native
+ * executor), start() starts it from C while settings.fast and the context is not revoked,
+ * and wait() and test() complete it from C while the run is clean (done within its polls);
+ * anything else is Python's: start() calls self._start(), a start's code other than done or
+ * in flight goes to executor.resume(code, send, recv, tag), a wait's or test's to
+ * executor._finish(code) (the deadline, notices, failures). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *operation;
+    Bound *bound;                       /* NULL: not armed */
+    PyObject *executor, *memory, *ctx, *settings;
+    int64_t pending, polls, tag;
+} Started;
+
+static PyObject *revoked_name, *fast_name, *memory_name, *overdue_name, *start_name,
+    *wait_name, *test_name, *empty;
+
+/* The run on the executor is over: it is no longer busy and holds no memory. */
+static int run_over(Started *self)
+{
+    Py_CLEAR(self->operation);
+    if (PyObject_SetAttr(self->executor, busy_name, Py_False) < 0)
+        return -1;
+    return PyObject_SetAttr(self->executor, memory_name, empty);
+}
+
+/* Whether a start may run from C: settings.fast and the context not revoked (-1: error). */
+static int may_start(Started *self)
+{
+    PyObject *value = PyObject_GetAttr(self->settings, fast_name);
+    int fast;
+    if (value == NULL)
+        return -1;
+    fast = value == Py_True;
+    Py_DECREF(value);
+    if (!fast)
+        return 0;
+    value = PyObject_GetAttr(self->ctx, revoked_name);
+    if (value == NULL)
+        return -1;
+    fast = value == Py_None;
+    Py_DECREF(value);
+    return fast;
+}
+
+static PyObject *started_start(Started *self, PyObject *unused)
+{
+    PyObject *given[2], *run;
+    int64_t code;
+    int fast = 0;
+    if (self->bound != NULL && (self->operation == NULL || self->operation == Py_None) &&
+            (fast = may_start(self)) < 0)
+        return NULL;
+    if (!fast)
+        return PyObject_CallMethodNoArgs((PyObject *)self, start_name);
+    given[0] = PyTuple_GET_ITEM(self->memory, 0);
+    given[1] = PyTuple_GET_ITEM(self->memory, 1);
+    given[0] = given[0] == Py_None ? NULL : given[0];
+    given[1] = given[1] == Py_None ? NULL : given[1];
+    code = bound_run(self->bound, given, 0, self->tag);
+    if (code == self->bound->done)
+        Py_RETURN_NONE;
+    if (code == self->bound->mismatch)
+        return PyObject_CallMethodNoArgs((PyObject *)self, start_name);
+    if (code == self->pending) {
+        if (PyObject_SetAttr(self->executor, memory_name, self->memory) < 0 ||
+                PyObject_SetAttr(self->executor, busy_name, Py_True) < 0)
+            return NULL;
+        Py_INCREF(self->executor);
+        Py_XSETREF(self->operation, self->executor);
+        Py_RETURN_NONE;
+    }
+    run = PyObject_CallMethod(self->executor, "resume", "LOOL", (long long)code,
+                              given[0] ? given[0] : Py_None, given[1] ? given[1] : Py_None,
+                              (long long)self->tag);
+    if (run == NULL)
+        return NULL;
+    Py_XSETREF(self->operation, run);
+    Py_RETURN_NONE;
+}
+
+/* Finish the armed run in flight, which its resume left with `code`, in Python. */
+static PyObject *finish_run(Started *self, int64_t code)
+{
+    PyObject *finished = PyObject_CallMethod(self->executor, "_finish", "L",
+                                             (long long)code);
+    Py_CLEAR(self->operation);
+    return finished;
+}
+
+static PyObject *started_wait(Started *self, PyObject *unused)
+{
+    PyObject *operation = self->operation, *waited;
+    int64_t code;
+    if (operation == NULL || operation == Py_None)
+        Py_RETURN_NONE;
+    if (self->bound != NULL && operation == self->executor) {
+        code = self->bound->resume(self->bound->at[0], self->bound->at[1],
+                                   self->bound->state_at, self->bound->state_n,
+                                   self->bound->handles_at, self->bound->handles_n,
+                                   self->polls, self->tag);
+        if (code == self->bound->done) {
+            if (run_over(self) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        waited = finish_run(self, code);
+    } else {
+        Py_INCREF(operation);
+        waited = PyObject_CallMethodNoArgs(operation, wait_name);
+        Py_DECREF(operation);
+        Py_CLEAR(self->operation);
+    }
+    if (waited == NULL)
+        return NULL;
+    Py_DECREF(waited);
+    Py_RETURN_NONE;
+}
+
+static PyObject *started_test(Started *self, PyObject *unused)
+{
+    PyObject *operation = self->operation, *result;
+    int64_t code;
+    int done;
+    if (operation == NULL || operation == Py_None)
+        Py_RETURN_TRUE;
+    if (self->bound != NULL && operation == self->executor) {
+        code = self->bound->resume(self->bound->at[0], self->bound->at[1],
+                                   self->bound->state_at, self->bound->state_n,
+                                   self->bound->handles_at, self->bound->handles_n, 1,
+                                   self->tag);
+        if (code == self->bound->done) {
+            if (run_over(self) < 0)
+                return NULL;
+            Py_RETURN_TRUE;
+        }
+        if (code == self->pending) {
+            result = PyObject_CallMethodNoArgs(self->executor, overdue_name);
+            if (result == NULL)
+                return NULL;
+            done = result == Py_True;
+            Py_DECREF(result);
+            if (!done)
+                Py_RETURN_FALSE;
+        }
+        result = finish_run(self, code);
+        if (result == NULL)
+            return NULL;
+        Py_DECREF(result);
+        Py_RETURN_TRUE;
+    }
+    Py_INCREF(operation);
+    result = PyObject_CallMethodNoArgs(operation, test_name);
+    Py_DECREF(operation);
+    done = result == NULL ? 1 : PyObject_IsTrue(result);
+    Py_XDECREF(result);
+    if (done)
+        Py_CLEAR(self->operation);
+    if (result == NULL || done < 0)
+        return NULL;
+    return PyBool_FromLong(done);
+}
+
+static void started_clear_run(Started *self)
+{
+    Py_CLEAR(self->bound); Py_CLEAR(self->executor); Py_CLEAR(self->memory);
+    Py_CLEAR(self->ctx); Py_CLEAR(self->settings);
+}
+
+static PyObject *started_arm(Started *self, PyObject *args)
+{
+    PyObject *bound, *executor, *memory, *ctx, *settings;
+    long long pending, polls, tag;
+    if (!PyArg_ParseTuple(args, "O!OO!OOLLL", &BoundType, &bound, &executor, &PyTuple_Type,
+                          &memory, &ctx, &settings, &pending, &polls, &tag))
+        return NULL;
+    if (PyTuple_GET_SIZE(memory) != 2) {
+        PyErr_SetString(PyExc_ValueError, "memory is (send, recv)");
+        return NULL;
+    }
+    started_clear_run(self);
+#define KEEP(field) (Py_INCREF(field), self->field = (field))
+    KEEP(executor); KEEP(memory); KEEP(ctx); KEEP(settings);
+#undef KEEP
+    Py_INCREF(bound);
+    self->bound = (Bound *)bound;
+    self->pending = pending;
+    self->polls = polls;
+    self->tag = tag;
+    Py_RETURN_NONE;
+}
+
+static PyObject *started_disarm(Started *self, PyObject *unused)
+{
+    started_clear_run(self);
+    Py_RETURN_NONE;
+}
+
+static int started_init(Started *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *operation = Py_None;
+    if ((kwargs && PyDict_GET_SIZE(kwargs)) ||
+            !PyArg_ParseTuple(args, "|O", &operation))
+        return -1;
+    Py_INCREF(operation);
+    Py_XSETREF(self->operation, operation);
+    return 0;
+}
+
+static int started_traverse(Started *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->operation); Py_VISIT(self->bound); Py_VISIT(self->executor);
+    Py_VISIT(self->memory); Py_VISIT(self->ctx); Py_VISIT(self->settings);
+    return 0;
+}
+
+static int started_clear(Started *self)
+{
+    Py_CLEAR(self->operation);
+    started_clear_run(self);
+    return 0;
+}
+
+static void started_dealloc(Started *self)
+{
+    PyObject_GC_UnTrack(self);
+    started_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef started_methods[] = {
+    {"start", (PyCFunction)started_start, METH_NOARGS,
+     "start the armed run, or self._start()"},
+    {"wait", (PyCFunction)started_wait, METH_NOARGS, "complete the run"},
+    {"test", (PyCFunction)started_test, METH_NOARGS,
+     "make progress without blocking: whether the run is complete"},
+    {"_arm", (PyCFunction)started_arm, METH_VARARGS,
+     "_arm(bound, executor, (send, recv), ctx, settings, pending, polls, tag): start and "
+     "complete runs of the executor from C (see hpccoll.runtime.entry)"},
+    {"_disarm", (PyCFunction)started_disarm, METH_NOARGS, "start runs in Python only"},
+    {NULL}
+};
+
+static PyMemberDef started_members[] = {
+    {"_operation", T_OBJECT, offsetof(Started, operation), 0,
+     "what completes the run in flight (None: none)"},
+    {NULL}
+};
+
+static PyTypeObject StartedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hpccoll.runtime._entry.Started",
+    .tp_doc = "Started(operation=None): a started collective (hpccoll.requests.Request's "
+              "base; see hpccoll.runtime.entry).",
+    .tp_basicsize = sizeof(Started),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)started_init,
+    .tp_dealloc = (destructor)started_dealloc,
+    .tp_traverse = (traverseproc)started_traverse,
+    .tp_clear = (inquiry)started_clear,
+    .tp_methods = started_methods,
+    .tp_members = started_members,
+};
+
 static struct PyModuleDef entry_module = {
     PyModuleDef_HEAD_INIT, "_entry",
     "The repeat of a blocking collective served from C (see hpccoll.runtime.entry).", -1,
@@ -517,7 +785,8 @@ static struct PyModuleDef entry_module = {
 PyMODINIT_FUNC PyInit__entry(void)
 {
     PyObject *module, *numpy;
-    if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&BoundType) < 0)
+    if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&BoundType) < 0 ||
+            PyType_Ready(&StartedType) < 0)
         return NULL;
     numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)
@@ -526,22 +795,36 @@ PyMODINIT_FUNC PyInit__entry(void)
     Py_DECREF(numpy);
     dtype_name = PyUnicode_InternFromString("dtype");
     busy_name = PyUnicode_InternFromString("busy");
-    if (ndarray_type == NULL || dtype_name == NULL || busy_name == NULL)
+    revoked_name = PyUnicode_InternFromString("revoked");
+    fast_name = PyUnicode_InternFromString("fast");
+    memory_name = PyUnicode_InternFromString("memory");
+    overdue_name = PyUnicode_InternFromString("overdue");
+    start_name = PyUnicode_InternFromString("_start");
+    wait_name = PyUnicode_InternFromString("wait");
+    test_name = PyUnicode_InternFromString("test");
+    empty = PyTuple_New(0);
+    if (ndarray_type == NULL || dtype_name == NULL || busy_name == NULL ||
+            revoked_name == NULL || fast_name == NULL || memory_name == NULL ||
+            overdue_name == NULL ||
+            start_name == NULL || wait_name == NULL || test_name == NULL || empty == NULL)
         return NULL;
     module = PyModule_Create(&entry_module);
     if (module == NULL)
         return NULL;
     Py_INCREF(&EntryType);
     Py_INCREF(&BoundType);
+    Py_INCREF(&StartedType);
     if (PyModule_AddIntConstant(module, "SAME", SAME) < 0 ||
             PyModule_AddIntConstant(module, "EQUAL", EQUAL) < 0 ||
             PyModule_AddIntConstant(module, "ARRAY", ARRAY) < 0 ||
             PyModule_AddIntConstant(module, "SPEC", SPEC) < 0 ||
             PyModule_AddIntConstant(module, "ANY", ANY) < 0 ||
             PyModule_AddObject(module, "Entry", (PyObject *)&EntryType) < 0 ||
-            PyModule_AddObject(module, "Bound", (PyObject *)&BoundType) < 0) {
+            PyModule_AddObject(module, "Bound", (PyObject *)&BoundType) < 0 ||
+            PyModule_AddObject(module, "Started", (PyObject *)&StartedType) < 0) {
         Py_DECREF(&EntryType);
         Py_DECREF(&BoundType);
+        Py_DECREF(&StartedType);
         Py_DECREF(module);
         return NULL;
     }

@@ -18,9 +18,16 @@ the memory held after a failure).  So the entry changes how fast a repeat is ser
 what it does: it makes the checks the Python path makes (``api._again``,
 ``LastCall.repeat``, the executors' compiled checks), and declines what they would decline.
 
+A persistent request on the compiled native executor is started and completed from C too:
+:class:`Started`, the base of :class:`hpccoll.Request`, armed with the executor's run,
+starts it (``MPI_Start`` in the compiled code) and completes it (``MPI_Test``, the notice
+probe) with no Python frame while the run is clean; a run that is not (still in flight after
+its polls, a notice, an error) is finished by the executor's Python code as every run.
+
 ``_entry.c`` is built at install (setup.py) when a C compiler is there; without one, the
-:class:`StandIn` takes the entry's place and serves no call, and the executors call their
-Numba functions from Python (:class:`Dispatched`).
+:class:`StandIn` takes the entry's place and serves no call, the executors call their
+Numba functions from Python (:class:`Dispatched`), and requests are
+:class:`StartedInPython`.
 """
 
 from __future__ import annotations
@@ -62,11 +69,52 @@ class Dispatched:
         return self.run(send, recv, polls, tag)
 
 
+class StartedInPython:
+    """What :class:`Started` is where the C entry was not built: a started collective whose
+    ``_operation`` completes the run (None once complete; a ``wait()`` or ``test()`` that
+    raises ends the run too), whose ``start()`` is ``self._start()``; arming does nothing."""
+
+    __slots__ = ("_operation",)
+
+    def __init__(self, operation: Any = None):
+        self._operation = operation
+
+    def start(self) -> None:
+        self._start()
+
+    def test(self) -> bool:
+        operation = self._operation
+        if operation is None:
+            return True
+        try:
+            done = operation.test()
+        except BaseException:
+            self._operation = None
+            raise
+        if done:
+            self._operation = None
+        return done
+
+    def wait(self) -> None:
+        operation = self._operation
+        if operation is not None:
+            try:
+                operation.wait()
+            finally:
+                self._operation = None
+
+    def _arm(self, *run: Any) -> None:
+        pass
+
+    def _disarm(self) -> None:
+        pass
+
+
 try:
-    from ._entry import Bound, Entry
+    from ._entry import Bound, Entry, Started
     COMPILED = True
 except ImportError:         # (installed without a C compiler: the Python path serves all)
-    Bound, Entry, COMPILED = None, StandIn, False
+    Bound, Entry, Started, COMPILED = None, StandIn, StartedInPython, False
 
 
 def bind(functions: Callable[[], tuple[int, int]], state: Any, handles: Any, dtype: Any,

@@ -5,7 +5,8 @@ non-blocking and persistent calls.
 One Numba-compiled function (:func:`_compiled`) posts the library's non-blocking collective
 (``MPI_Iallreduce``, ``MPI_Iallgather(v)``, ``MPI_Ialltoall(v)``, ``MPI_Ireduce_scatter``,
 ``MPI_Ibcast``, ``MPI_Ireduce`` -- the calls mpi4py's native path makes, so that the library
-runs the same algorithms)
+runs the same algorithms), or starts a persistent one (``MPI_Start``: a persistent request's
+``MPI_<Collective>_init``, :meth:`NativeCall.persistent`),
 through function pointers to the symbols of the library mpi4py loaded, with the handles
 mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whether the
 library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
@@ -114,33 +115,53 @@ class NativeCall:
     """A validated call of the library's own collective on the compiled executor, run by
     :meth:`start` (the compiled executors' one entry, as :meth:`.scheduled.Runner.start`):
     done at once, or in flight -- this object then completes it (``test()``, ``wait()``), one
-    run at a time (``busy``; :meth:`twin` gives another for a call that may overlap)."""
+    run at a time (``busy``; :meth:`twin` gives another for a call that may overlap).  The
+    call is the library's non-blocking collective, or its persistent one started by
+    ``MPI_Start`` (:meth:`persistent`)."""
 
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
                  send_n: int | None, recv_n: int | None, dtype: np.dtype, op: MPI.Op | None):
         """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
         receive buffer is not used (a reduce's non-root ranks); ``guard``'s revocation
         notices are probed for on its ``notices`` communicator."""
-        self.label, self.guard = label, guard
-        state = self.state = np.zeros(STATE_WORDS, np.int64)
-        state[FUNCTION:STATUS] = libmpi.addresses()
         kind = posted(spec(call.collective).native_method(call))
-        state[KIND], state[ROOT] = kind, call.root
+        state = _state(kind, guard)
+        state[ROOT] = call.root
         state[COUNT] = call.counts[call.rank if kind == libmpi.IALLGATHERV else 0]
         state[RECV_N] = -1 if recv_n is None else recv_n
         self.vectors = vectors(call).astype(np.intc)
         state[VECTORS], state[ROW] = self.vectors.ctypes.data, self.vectors[0].nbytes
         state[SEND_N] = -1 if send_n is None else send_n
         state[IN_PLACE] = int(MPI.IN_PLACE) if send_n is None else 0
-        self.handles = np.array([libmpi.handle(buffers.mpi_datatype(dtype)),
-                                 0 if op is None else libmpi.handle(op),
-                                 libmpi.handle(comm), libmpi.handle(guard.notices)],
+        self._ready(label, guard, state, (buffers.mpi_datatype(dtype), op, comm), dtype)
+
+    @classmethod
+    def persistent(cls, request: MPI.Prequest, label: str, guard: Any) -> "NativeCall":
+        """The library's persistent collective ``request`` as a call of this executor: a run
+        starts it (``MPI_Start``, on the buffers it was made on: the caller's are not read)
+        and polls it as every call's; a run that fails leaves it to :mod:`.abandoned`
+        (``left``), which frees it once complete."""
+        self = cls.__new__(cls)
+        state = _state(libmpi.START, guard)
+        state[SEND_N] = state[RECV_N] = -1
+        state[REQUEST:REQUEST + 1].view(libmpi.handle_dtype())[0] = libmpi.handle(request)
+        self._ready(label, guard, state, (None, None, None), None)
+        self.prequest = request
+        return self
+
+    def _ready(self, label: str, guard: Any, state: np.ndarray, handles: tuple,
+               dtype: np.dtype | None) -> None:
+        """Set up a call on ``state`` with ``handles`` (its datatype, op and communicator;
+        None: not used) for buffers of ``dtype``."""
+        self.label, self.guard, self.state = label, guard, state
+        self.handles = np.array([0 if x is None else libmpi.handle(x)
+                                 for x in (*handles, guard.notices)],
                                 libmpi.handle_dtype())
-        state[NOTICE_TAG], state[ANY_SOURCE] = guard.notice_tag, MPI.ANY_SOURCE
         self.polls = progress.idle_polls()
         self.dtype = dtype
         self.bound = self._bind()
-        self.busy = False
+        self.busy = self.left = False
+        self.prequest: MPI.Prequest | None = None
         self.memory: tuple = ()         # the arrays of the run in flight
 
     def twin(self) -> "NativeCall":
@@ -161,10 +182,14 @@ class NativeCall:
 
         def dispatched() -> entry.Dispatched:
             launch, poll = _compiled()
-            return entry.Dispatched(
-                lambda s, r, polls, tag: launch(r if s is None else s, s if r is None else r,
-                                                state, handles, polls),
-                lambda polls, tag: poll(state, handles, polls))
+            if state[KIND] == libmpi.START:     # (the persistent request's own buffers)
+                def run(s: Any, r: Any, polls: int, tag: int) -> int:
+                    return _post(0, 0, state, handles, polls)
+            else:
+                def run(s: Any, r: Any, polls: int, tag: int) -> int:
+                    return launch(r if s is None else s, s if r is None else r, state,
+                                  handles, polls)
+            return entry.Dispatched(run, lambda polls, tag: poll(state, handles, polls))
         return entry.bind(functions, state, handles, self.dtype, send, recv, dispatched)
 
     def start(self, send: np.ndarray | None, recv: np.ndarray | None, tag: int, polls: int
@@ -209,6 +234,11 @@ class NativeCall:
         if self.busy:
             self._finish(self.bound.resume(self.polls, 0))
 
+    @property
+    def done(self) -> bool:
+        """Whether no run is in flight, nor left in flight by a failure."""
+        return not self.busy and not self.left
+
     def overdue(self) -> bool:
         """Whether the call in flight is past its deadline (counted from its start)."""
         deadline = self._deadline()
@@ -227,12 +257,18 @@ class NativeCall:
                 raise self.guard.fail(MPI.Exception(int(state[ERROR])))
             if code == NOTICE:
                 raise self.guard.notice()
-            request = MPI.Request.fromhandle(self._request())
+            request = self.prequest if self.prequest is not None else \
+                MPI.Request.fromhandle(self._request())
             if code == FAILED:
+                self.left = True
                 abandoned.hold(self.label, [request], *memory)
                 raise self.guard.fail(MPI.Exception(int(state[ERROR])))
-            progress.wait_requests([request], self.label, self._deadline(), memory,
-                                   self.guard)
+            try:
+                progress.wait_requests([request], self.label, self._deadline(), memory,
+                                       self.guard)
+            except BaseException:       # (left to abandoned)
+                self.left = True
+                raise
             self.guard.check_notices()
         finally:
             self.busy = False
@@ -251,6 +287,15 @@ class NativeCall:
         return value & (1 << 64) - 1
 
 
+def _state(kind: int, guard: Any) -> np.ndarray:
+    """A new state array of a call of ``kind`` (the index of the C function it runs) that
+    probes for ``guard``'s revocation notices."""
+    state = np.zeros(STATE_WORDS, np.int64)
+    state[FUNCTION:STATUS] = libmpi.addresses()
+    state[KIND], state[NOTICE_TAG], state[ANY_SOURCE] = kind, guard.notice_tag, MPI.ANY_SOURCE
+    return state
+
+
 def executor(collective: str, dtype: np.dtype) -> str:
     """Which executor runs a blocking call of ``collective`` on ``dtype`` with the native
     algorithm on host memory and a predefined op (what ``hpccoll explain`` says, from
@@ -262,7 +307,7 @@ def executor(collective: str, dtype: np.dtype) -> str:
             f"{MPI.get_vendor()[0]} called from Numba code (NumPy arrays; a user-defined op, "
             "or counts beyond 2^31-1, through mpi4py; persistent requests on host memory: "
             f"the library's persistent {spec(collective).mpi_name}_init, started by "
-            "MPI_Start)")
+            "MPI_Start from the same compiled code)")
 
 
 @lru_cache(maxsize=1)
@@ -353,7 +398,9 @@ def _post(send_at, recv_at, state, handles, polls):
     row = state[ROW]
     recv_counts, recv_displs = state[VECTORS] + RECV_COUNTS * row, \
         state[VECTORS] + RECV_DISPLS * row
-    if kind == libmpi.IALLREDUCE:
+    if kind == libmpi.START:
+        error = c_int(function[kind], (request,))
+    elif kind == libmpi.IALLREDUCE:
         error = c_int(function[kind], (send_at, recv_at, count, datatype, op, comm,
                                         request))
     elif kind == libmpi.IREDUCE_SCATTER:

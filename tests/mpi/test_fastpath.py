@@ -539,6 +539,16 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
             executor = api._last_calls["allreduce"].executor
             if executor is not None:
                 assert isinstance(executor.bound, entry.Dispatched if stand_in else entry.Bound)
+            if algorithm == "native" and libmpi.available():    # MPI_Start, compiled
+                request = hpccoll.allreduce_init(comm, x, y, algorithm=algorithm)
+                for _ in range(3):
+                    y[...] = -1
+                    request.start()
+                    request.wait()
+                    assert np.array_equal(y, total)
+                assert isinstance(request._executor.bound,
+                                  entry.Dispatched if stand_in else entry.Bound)
+                request.free()
             other = np.empty(8)
             changes = [    # (the call changed, the array it writes, what it must hold)
                 (lambda: hpccoll.allreduce(comm, x.copy(), other, algorithm=algorithm),
@@ -838,19 +848,21 @@ def test_persistent_requests_on_the_compiled_executor(mpi_ranks, comm):
                     else:
                         want = reduced(collective, xs, r, "sum", counts)
                     assert np.array_equal(recv, want), (collective, algorithm, n, counts, run)
-                if algorithm == "native":
-                    started = request._executor
-                    assert isinstance(started, NativePersistent), collective
-                    assert started.held.operation.request is started.held.request
+                if algorithm == "native":       # started by the compiled executor
+                    persistent = request._persistent
+                    assert isinstance(persistent, NativePersistent), collective
+                    run = persistent.held.operation
+                    assert run is request._executor is persistent.compiled, collective
+                    assert run.prequest is persistent.held.request and run.done
                     request.free()
-                    assert started.held.request is None
+                    assert persistent.held.request is None
                     continue
                 fast = isinstance(request._executor, Runner)    # started on the compiled one
                 assert libmpi.available() <= fast, (collective, algorithm)
                 request.free()
     send, recv = np.ones(10), np.zeros(10)
     request = hpccoll.allreduce_init(comm, send, recv, algorithm="native")
-    held = request._executor.held
+    held = request._persistent.held
     request.start()
     request.wait()
     assert np.array_equal(recv, np.full(10, p)) and held.request is not None
@@ -1037,7 +1049,7 @@ def test_the_python_executor_runs_where_the_compiled_one_cannot(mpi_ranks, comm,
                 (collective, algorithm, dtype, run, "persistent")
         last = api._last_calls[collective]
         assert last.executor is None
-        # (native's persistent request is the library's own, MPI-4, not compiled code)
+        # (native's persistent request is the library's own, MPI-4, started from Python)
         assert isinstance(request._executor, NativePersistent) if algorithm == "native" \
             else request._executor is None
         request.free()

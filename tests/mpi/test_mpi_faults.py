@@ -31,7 +31,8 @@ pytestmark = pytest.mark.faults
 FORM_SIZES = (("blocking", 8), ("blocking", 16 << 20), ("nonblocking", 8 << 10),
               ("nonblocking", 1 << 20), ("persistent", 8), ("persistent", 16 << 20),
               ("native", 8 << 10), ("native", 1 << 20), ("native-persistent", 8),
-              ("native-persistent", 16 << 20), ("comm-blocking", 8),
+              ("native-persistent", 16 << 20), ("native-restarted", 8),
+              ("native-restarted", 16 << 20), ("comm-blocking", 8),
               ("comm-nonblocking", 16 << 20))
 DEADLINE = 1.0                  # s: the short deadline of the fault tests (0.5 timed out
 #                                 native calls at 3 oversubscribed ranks under Open MPI)
@@ -39,6 +40,7 @@ LATE = DEADLINE + 0.5           # s: how long a rank that skips a call sleeps
 
 
 _WRAPPED: dict = {}     # communicator's Fortran handle -> its hpccoll.Comm (kept: repeats)
+_RESTARTED: dict = {}   # communicator's Fortran handle -> (x, a persistent request on x)
 
 
 def _call(hpccoll, comm, form, x, y):
@@ -55,6 +57,13 @@ def _call(hpccoll, comm, form, x, y):
         hpccoll.allreduce(comm, x, y, algorithm=algorithm)
     elif form == "nonblocking":
         hpccoll.iallreduce(comm, x, y, algorithm=algorithm).wait()
+    elif form == "native-restarted":    # one request (until recover()) started again and again
+        made = _RESTARTED.get(comm.py2f())
+        if made is None or made[0] is not x or made[1]._prepared.ctx.revoked is not None:
+            made = _RESTARTED[comm.py2f()] = (x, hpccoll.allreduce_init(comm, x, y,
+                                                                        algorithm=algorithm))
+        made[1].start()
+        made[1].wait()
     else:
         request = hpccoll.allreduce_init(comm, x, y, algorithm=algorithm)
         request.start()
@@ -108,6 +117,11 @@ def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm
                 assert first[0] in ("CollectiveTimeout", "CommunicatorRevoked"), first
                 if not form.startswith("native"):
                     assert f"[{p - 1}]" in first[1], first      # blames the silent rank
+                if form == "native-restarted":  # started by the compiled executor: its run
+                    request = _RESTARTED[comm.py2f()][1]        # left to abandoned, unfreed
+                    run = request._persistent.compiled
+                    assert run is request._executor and run.left and not run.done
+                    assert request._persistent.held.request is not None
             y[:] = -1
             later = _outcome(hpccoll, lambda: _call(hpccoll, comm, form, x, y))
             if r != p - 1:
@@ -118,6 +132,9 @@ def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm
             firsts = comm.allgather(first[0])
             assert "CollectiveTimeout" in firsts, (form, nbytes, firsts)
             hpccoll.recover(comm)
+            if form == "native-restarted":      # a request made before recover(): unusable
+                with pytest.raises(hpccoll.CommunicatorRevoked, match="made again"):
+                    _RESTARTED[comm.py2f()][1].start()
             y[:] = -1
             _call(hpccoll, comm, form, x, y)
             assert np.all(y == right), (form, nbytes)

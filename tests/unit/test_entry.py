@@ -85,3 +85,60 @@ def test_an_entry_not_armed_declines_every_call_and_a_stand_in_too():
         assert made(None, np.zeros(3), np.zeros(3), None, None, 0, "auto", None) is False
         made.disarm()
         assert made() is False
+
+
+class _Run:
+    """An operation whose ``test()`` is False ``pending`` times, then True (or raises)."""
+
+    def __init__(self, pending: int = 0, fails: bool = False):
+        self.pending, self.fails, self.waited = pending, fails, 0
+
+    def test(self) -> bool:
+        if self.fails:
+            raise RuntimeError("failed run")
+        self.pending -= 1
+        return self.pending < 0
+
+    def wait(self) -> None:
+        self.waited += 1
+        if self.fails:
+            raise RuntimeError("failed run")
+
+
+@pytest.mark.parametrize("base", [entry.Started, entry.StartedInPython],
+                         ids=["C", "Python"])
+def test_a_started_collective_completes_its_operation_in_c_as_in_python(base):
+    """Unarmed, the C base of hpccoll.Request does what its Python stand-in does: test()
+    polls the operation until True, wait() waits once, both return at once afterwards; a
+    test() or wait() that raises ends the run; start() is the subclass's _start()."""
+    class Request(base):
+        __slots__ = ("starts",)
+
+        def _start(self):
+            self.starts += 1
+            self._operation = _Run(pending=2)
+
+    request = Request(_Run(pending=1))
+    request.starts = 0
+    assert request.test() is False and request._operation is not None
+    assert request.test() is True and request._operation is None
+    assert request.test() is True
+    request.start()
+    assert request.starts == 1
+    run = request._operation
+    request.wait()
+    request.wait()
+    assert run.waited == 1 and request._operation is None
+    for call in (request.test, request.wait):
+        request._operation = _Run(fails=True)
+        with pytest.raises(RuntimeError, match="failed run"):
+            call()
+        assert request._operation is None
+    assert Request()._operation is None
+
+
+def test_only_a_bound_arms_a_started_collective():
+    with pytest.raises(TypeError):
+        entry.Started()._arm(object(), None, (None, None), None, None, 1, 0, 0)
+    with pytest.raises(ValueError, match="memory is"):
+        entry.Started()._arm(copying(), None, (None,), None, None, 1, 0, 0)
