@@ -23,7 +23,7 @@ from . import settings
 from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
-from .requests import PersistentRequest, Request
+from .requests import PersistentRequest, Request, request_of
 from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Entry, bind
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
@@ -371,7 +371,7 @@ def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
     if arrays is not _NOT_AGAIN:
         started = last.start(*arrays)
         if started is not None:
-            return Request(started)
+            return request_of(started)
     prepared, send, recv = _validated(_last_starts, collective, comm, sendbuf, recvbuf, counts,
                                       op, root, algorithm, options)
     return Request(prepared.start(send, recv, prepared.ctx.next_slot()))

@@ -41,6 +41,14 @@ class Request(Started):
     __slots__ = ()
 
 
+def request_of(started: Any) -> Request:
+    """The request of the run ``started`` (an operation, or a compiled executor in flight):
+    a compiled native call is resumed from C."""
+    if type(started) is NativeCall:
+        return Request(started, started.bound, PENDING, started.polls)
+    return Request(started)
+
+
 class PersistentRequest(Request):
     """A collective planned once and run many times on the same buffers: ``start()`` then
     ``wait()`` (or ``test()``), again and again; ``free()`` ends its use.
@@ -65,6 +73,7 @@ class PersistentRequest(Request):
 
     __slots__ = ("_prepared", "_send", "_recv", "_slot", "_tag", "_freed", "_executor",
                  "_persistent", "_copy", "_arguments")
+    start = Started._run_start      # (C where built: self._start() unless the run is armed)
 
     def __init__(self, prepared: "Prepared", sendbuf: Any, recvbuf: Any):
         super().__init__(None)

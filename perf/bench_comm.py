@@ -19,6 +19,7 @@ slowest rank counts):
 Usage: mpiexec -n 2 python perf/bench_comm.py [--part methods,osu] [--sizes 8,64,512,4K,64K]
        [--osu-sizes 1,8,64,512,4K,64K,1M] [--seconds 0.05] [--repeat 5]
        [--methods Allreduce,Bcast,...] [--forms blocking,nonblocking,persistent]
+       [--algorithm auto]
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def methods_part(comm: MPI.Intracomm, wrapped: hpccoll.Comm, args: argparse.Name
             for nbytes in (parse_size(s) for s in args.sizes.split(",")):
                 arguments, name, function_args, keywords = \
                     method_arguments(method, p, rank, nbytes)
+                keywords = {**keywords, "algorithm": args.algorithm}
                 runs = {"mpi4py": form_call(comm, method, form, arguments),
                         "Comm": form_call(wrapped, method, form, arguments),
                         "function": function_call(comm, name, form, function_args,
@@ -161,12 +163,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--algorithm", default="auto",
+                        help="the algorithm of every collective, Comm's and the functions'")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    wrapped = hpccoll.Comm(comm)
+    collectives = {method_arguments(method, comm.size, comm.rank, 8)[1]
+                   for method in args.methods.split(",")}
+    wrapped = hpccoll.Comm(comm, dict.fromkeys(collectives, args.algorithm))
     if comm.rank == 0:
-        print(f"# {comm.size} rank(s), {library_version()}; median of {args.repeat} rounds "
-              f"of ~{args.seconds} s per cell; vs mpi4py = mpi4py's time / Comm's time")
+        print(f"# {comm.size} rank(s), {library_version()}; algorithm {args.algorithm}; median "
+              f"of {args.repeat} rounds of ~{args.seconds} s per cell; vs mpi4py = mpi4py's "
+              "time / Comm's time")
     parts = args.part.split(",")
     if "methods" in parts:
         methods_part(comm, wrapped, args)

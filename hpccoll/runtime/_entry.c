@@ -562,7 +562,7 @@ static PyObject *started_start(Started *self, PyObject *unused)
     PyObject *given[2], *run;
     int64_t code;
     int fast = 0;
-    if (self->bound != NULL && (self->operation == NULL || self->operation == Py_None) &&
+    if (self->memory != NULL && (self->operation == NULL || self->operation == Py_None) &&
             (fast = may_start(self)) < 0)
         return NULL;
     if (!fast)
@@ -710,14 +710,31 @@ static PyObject *started_disarm(Started *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Started(operation=None, bound=None, pending=0, polls=0): `operation` in flight; where
+ * `bound` is a Bound, `operation` is the executor it binds (a run of the compiled native
+ * executor in flight), which wait() and test() then resume from C (wait() with `polls`;
+ * `pending`: the code of a run still in flight). */
 static int started_init(Started *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *operation = Py_None;
-    if ((kwargs && PyDict_GET_SIZE(kwargs)) ||
-            !PyArg_ParseTuple(args, "|O", &operation))
+    PyObject *operation = Py_None, *bound = Py_None;
+    long long pending = 0, polls = 0;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Started() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "|OOLL", &operation, &bound, &pending, &polls))
         return -1;
     Py_INCREF(operation);
     Py_XSETREF(self->operation, operation);
+    started_clear_run(self);
+    if (Py_TYPE(bound) == &BoundType) {
+        Py_INCREF(bound);
+        self->bound = (Bound *)bound;
+        Py_INCREF(operation);
+        self->executor = operation;
+        self->pending = pending;
+        self->polls = polls;
+    }
     return 0;
 }
 
@@ -743,8 +760,9 @@ static void started_dealloc(Started *self)
 }
 
 static PyMethodDef started_methods[] = {
-    {"start", (PyCFunction)started_start, METH_NOARGS,
-     "start the armed run, or self._start()"},
+    {"_run_start", (PyCFunction)started_start, METH_NOARGS,
+     "_run_start(): start the armed run from C, or call self._start() (a persistent "
+     "request's start())"},
     {"wait", (PyCFunction)started_wait, METH_NOARGS, "complete the run"},
     {"test", (PyCFunction)started_test, METH_NOARGS,
      "make progress without blocking: whether the run is complete"},
@@ -764,8 +782,8 @@ static PyMemberDef started_members[] = {
 static PyTypeObject StartedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "hpccoll.runtime._entry.Started",
-    .tp_doc = "Started(operation=None): a started collective (hpccoll.requests.Request's "
-              "base; see hpccoll.runtime.entry).",
+    .tp_doc = "Started(operation=None, bound=None, pending=0, polls=0): a started collective "
+              "(hpccoll.requests.Request's base; see hpccoll.runtime.entry).",
     .tp_basicsize = sizeof(Started),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .tp_new = PyType_GenericNew,

@@ -72,14 +72,15 @@ class Dispatched:
 class StartedInPython:
     """What :class:`Started` is where the C entry was not built: a started collective whose
     ``_operation`` completes the run (None once complete; a ``wait()`` or ``test()`` that
-    raises ends the run too), whose ``start()`` is ``self._start()``; arming does nothing."""
+    raises ends the run too), whose ``_run_start()`` is ``self._start()``; arming (and the
+    C one's ``bound``, ``pending`` and ``polls``) does nothing."""
 
     __slots__ = ("_operation",)
 
-    def __init__(self, operation: Any = None):
+    def __init__(self, operation: Any = None, *resumed: Any):
         self._operation = operation
 
-    def start(self) -> None:
+    def _run_start(self) -> None:
         self._start()
 
     def test(self) -> bool:

@@ -110,7 +110,8 @@ class _Run:
 def test_a_started_collective_completes_its_operation_in_c_as_in_python(base):
     """Unarmed, the C base of hpccoll.Request does what its Python stand-in does: test()
     polls the operation until True, wait() waits once, both return at once afterwards; a
-    test() or wait() that raises ends the run; start() is the subclass's _start()."""
+    test() or wait() that raises ends the run; _run_start() (a persistent request's start())
+    is the subclass's _start(); a bound that is not a Bound resumes nothing."""
     class Request(base):
         __slots__ = ("starts",)
 
@@ -123,7 +124,7 @@ def test_a_started_collective_completes_its_operation_in_c_as_in_python(base):
     assert request.test() is False and request._operation is not None
     assert request.test() is True and request._operation is None
     assert request.test() is True
-    request.start()
+    request._run_start()
     assert request.starts == 1
     run = request._operation
     request.wait()
@@ -135,6 +136,9 @@ def test_a_started_collective_completes_its_operation_in_c_as_in_python(base):
             call()
         assert request._operation is None
     assert Request()._operation is None
+    resumed = Request(_Run(pending=0), object(), 1, 5)     # (not a Bound: Python's)
+    resumed.starts = 0
+    assert resumed.test() is True and resumed._operation is None
 
 
 def test_only_a_bound_arms_a_started_collective():
