@@ -50,7 +50,6 @@ from mpi4py import MPI
 from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
-from .requests import request_of
 from .runtime.entry import Entry
 from .runtime.progress import COMPLETED
 from .collectives import Collective, nonblocking, on_add, spec
@@ -243,7 +242,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                     if last is not None:
                         started = last.start(*arrays)
                         if started is not None:
-                            return CommRequest(request_of(started))
+                            return CommRequest(started)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)

@@ -221,6 +221,15 @@ static PyObject *bound_call(PyObject *callable, PyObject *const *args, size_t na
     return PyLong_FromLongLong((long long)bound_run(self, given, polls, tag));
 }
 
+/* Run on from where the bound's last run left, `polls` polls (no function: done). */
+static int64_t resume_run(Bound *bound, int64_t polls, int64_t tag)
+{
+    if (bound->resume == NULL)
+        return bound->done;
+    return bound->resume(bound->at[0], bound->at[1], bound->state_at, bound->state_n,
+                         bound->handles_at, bound->handles_n, polls, tag);
+}
+
 static PyObject *bound_resume(Bound *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t polls, tag;
@@ -230,11 +239,7 @@ static PyObject *bound_resume(Bound *self, PyObject *const *args, Py_ssize_t nar
     }
     if (read_int64(args[0], &polls) < 0 || read_int64(args[1], &tag) < 0)
         return NULL;
-    if (self->resume == NULL)
-        return PyLong_FromLongLong((long long)self->done);
-    return PyLong_FromLongLong((long long)self->resume(
-        self->at[0], self->at[1], self->state_at, self->state_n, self->handles_at,
-        self->handles_n, polls, tag));
+    return PyLong_FromLongLong((long long)resume_run(self, polls, tag));
 }
 
 static int read_side(PyObject *description, Side *side, int write)
@@ -609,10 +614,7 @@ static PyObject *started_wait(Started *self, PyObject *unused)
     if (operation == NULL || operation == Py_None)
         Py_RETURN_NONE;
     if (self->bound != NULL && operation == self->executor) {
-        code = self->bound->resume(self->bound->at[0], self->bound->at[1],
-                                   self->bound->state_at, self->bound->state_n,
-                                   self->bound->handles_at, self->bound->handles_n,
-                                   self->polls, self->tag);
+        code = resume_run(self->bound, self->polls, self->tag);
         if (code == self->bound->done) {
             if (run_over(self) < 0)
                 return NULL;
@@ -639,10 +641,7 @@ static PyObject *started_test(Started *self, PyObject *unused)
     if (operation == NULL || operation == Py_None)
         Py_RETURN_TRUE;
     if (self->bound != NULL && operation == self->executor) {
-        code = self->bound->resume(self->bound->at[0], self->bound->at[1],
-                                   self->bound->state_at, self->bound->state_n,
-                                   self->bound->handles_at, self->bound->handles_n, 1,
-                                   self->tag);
+        code = resume_run(self->bound, 1, self->tag);
         if (code == self->bound->done) {
             if (run_over(self) < 0)
                 return NULL;
