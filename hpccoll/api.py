@@ -24,7 +24,8 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request, request_of
-from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Entry, bind
+from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Dispatched, Entry, bind
+from .runtime.libmpi import PENDING
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
 from .runtime.scheduled import Runner
@@ -217,12 +218,37 @@ class LastCall:
             return
         else:
             polls, bound = executor.polls, executor.bound
-        if pattern is None:
-            pattern = self.arguments()
-        elif self.ignores_recv:             # (the receive buffer: anything goes)
-            pattern = tuple((ANY, None, -1) if item[2] == 1 else item for item in pattern)
-        entry.arm(pattern, (self.calls, self.prepared, executor, bound, self.finish, polls,
+        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, executor, bound, self.finish, polls,
                             self.tag))
+
+    def serve_starts(self, entry: Entry, pattern: tuple | None = None,
+                     request: type[Request] = Request) -> None:
+        """Let ``entry`` serve this call's non-blocking starts whose arguments match
+        ``pattern`` (as :meth:`serve`'s) where they run on the compiled native executor:
+        what :meth:`start` does, returning the ``request`` (a
+        :class:`~hpccoll.requests.Request`) that completes the run from C; else let it serve
+        none."""
+        compiled = self.prepared.compiled
+        if type(compiled) is not NativeCall or isinstance(compiled.bound, Dispatched) or \
+                self.moves_nothing:
+            entry.disarm()
+            return
+        starter = self.starter
+        if starter is None:
+            starter = self.starter = compiled.twin()
+        ctx = self.ctx
+        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, starter, starter.bound,
+                                             starter.resume, starter.polls, self.tag),
+                  (ctx, request, PENDING, ctx.slots, ctx.tag_span))
+
+    def pattern_of(self, pattern: tuple | None) -> tuple:
+        """The pattern an entry serves: ``pattern`` (None: the public function's,
+        :meth:`arguments`), its receive buffer anything where the rank receives nothing."""
+        if pattern is None:
+            return self.arguments()
+        if self.ignores_recv:
+            return tuple((ANY, None, -1) if item[2] == 1 else item for item in pattern)
+        return pattern
 
     def arguments(self) -> tuple:
         """The pattern of this call's arguments as the public function passes them to its
@@ -256,6 +282,7 @@ _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking ca
 _NO_STATE = np.zeros(1, np.int64)           # (the state of an entry that runs no executor)
 _entries: dict[str, Entry] = {}             # collective -> the C entry of its repeats
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
+_start_entries: dict[str, Entry] = {}       # collective -> the C entry of its starts
 _NDARRAY = np.ndarray                       # (read on every call)
 _COUNTS_TYPES = (type(None), list, tuple)    # counts a repeat compares by value
 _SPEC_TYPES = (list, tuple)                 # buffer specs a repeat compares by value
@@ -330,12 +357,12 @@ def run_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
 
 
 def _validated(last_calls: dict[str, LastCall], collective: str, comm: Any, sendbuf: Any,
-               recvbuf: Any, counts: Any, op: Any, root: Any, algorithm: str, options: Any
-               ) -> tuple[Prepared, Any, Any]:
-    """The call validated and prepared (:func:`prepare`), kept in ``last_calls`` as the
-    collective's last call if it can repeat (:meth:`LastCall.of`)."""
+               recvbuf: Any, counts: Any, op: Any, root: Any, algorithm: str, options: Any,
+               form: str = "blocking") -> tuple[Prepared, Any, Any]:
+    """The call (made in ``form``) validated and prepared (:func:`prepare`), kept in
+    ``last_calls`` as the collective's last call if it can repeat (:meth:`LastCall.of`)."""
     prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
-                                   root=root, algorithm=algorithm, options=options)
+                                   root=root, algorithm=algorithm, options=options, form=form)
     last = LastCall.of(prepared, comm, sendbuf, recvbuf, send, recv, counts, op, root,
                        algorithm, options)
     if last is not None:
@@ -373,14 +400,17 @@ def start_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any,
         if started is not None:
             return request_of(started)
     prepared, send, recv = _validated(_last_starts, collective, comm, sendbuf, recvbuf, counts,
-                                      op, root, algorithm, options)
+                                      op, root, algorithm, options, "nonblocking")
+    last = _last_starts.get(collective)
+    if last is not None and last.prepared is prepared:
+        last.serve_starts(_start_entries[collective])
     return Request(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
 def init_collective(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, **kw: Any
                     ) -> PersistentRequest:
     """The persistent call of ``collective`` by name (keywords as :func:`prepare`'s)."""
-    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, **kw)
+    prepared, send, recv = prepare(collective, comm, sendbuf, recvbuf, form="persistent", **kw)
     return PersistentRequest(prepared, send, recv)
 
 
@@ -394,7 +424,8 @@ _OP_DEFAULT = MPI.SUM                       # the reductions' default op
 _FORMS = (      # (function name, the call its body makes, return type, docstring)
     ("{name}", "if not _entry_{name}(comm, {buffers}, {rest}):\n        run_collective", "None",
      "{doc}"),
-    ("i{name}", "return start_collective", "Request", "Non-blocking :func:`{name}`."),
+    ("i{name}", "return _start_{name}(comm, {buffers}, {rest}) or start_collective", "Request",
+     "Non-blocking :func:`{name}`."),
     ("{name}_init", "return init_collective", "PersistentRequest",
      "Persistent :func:`{name}`: plan once, ``start()``/``wait()`` many times."),
 )
@@ -433,6 +464,7 @@ def _define(spec: Collective) -> None:
               "options": "options"}
     buffers = "None, buf" if spec.one_buffer else "sendbuf, recvbuf"
     _entries[spec.name] = globals()[f"_entry_{spec.name}"] = Entry()
+    _start_entries[spec.name] = globals()[f"_start_{spec.name}"] = Entry()
     for function, call, returns, doc in _FORMS:
         function = function.format(name=spec.name)
         rest = ", ".join(f"{k}={v}" for k, v in passed.items()) \

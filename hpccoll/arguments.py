@@ -157,13 +157,14 @@ def check_apart(send: Any, recv: Any) -> tuple[int, int]:
     return send_at, recv_at
 
 
-def resolve(args: CallArgs, algorithm: str) -> str:
-    """The algorithm name that will run: ``auto`` resolved; ValueError if unknown or if its
-    constraints do not hold for this call."""
+def resolve(args: CallArgs, algorithm: str, form: str = "blocking") -> str:
+    """The algorithm name that will run: ``auto`` resolved for a call made in ``form``
+    (:data:`~hpccoll.tuning.FORMS`); ValueError if unknown or if its constraints do not
+    hold for this call."""
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name, got {type(algorithm).__name__}")
     if algorithm == "auto":
-        return tuning.choose(args.spec.decision_call(args.call), args.nbytes)
+        return tuning.choose(args.spec.decision_call(args.call), args.nbytes, form)
     if algorithm == registry.NATIVE:
         return algorithm
     reason = registry.get(args.collective, algorithm).violated(args.call)

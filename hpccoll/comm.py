@@ -51,7 +51,7 @@ from . import api, registry
 from .buffer_specs import READERS, Call, NotRun, check_mpi_takes
 from .readings import NATIVE, NativeReading, Reading
 from .runtime.entry import Entry
-from .runtime.progress import COMPLETED
+from .requests import Request, request_of
 from .collectives import Collective, nonblocking, on_add, spec
 from .context import check_comm
 
@@ -87,29 +87,10 @@ def _methods(collective: Collective) -> list[_Method]:
     return found
 
 
-class CommRequest:
-    """What ``hpccoll.Comm``'s ``I...`` methods return: hpccoll's non-blocking collective (its
-    operation, or a compiled executor's run in flight: what has ``test()`` and ``wait()``)
-    with mpi4py's Request methods: ``Wait()``, ``Test()``, and the lower-case ``wait()``
-    (None) and ``test()`` (``(flag, None)``).  Once complete it no longer consults what it
-    holds (an executor is started again by later calls), as :class:`hpccoll.Request`.
-    ``MPI.Request.Waitall`` and its kin do not take it (it is not an MPI request)."""
+class _LowerCase:
+    """mpi4py's lower-case ``wait()`` (None) and ``test()`` (``(flag, None)``)."""
 
-    __slots__ = ("_request",)
-
-    def __init__(self, request: Any):
-        self._request = request
-
-    def Test(self, status: Any = None) -> bool:
-        if self._request.test():
-            self._request = COMPLETED
-            return True
-        return False
-
-    def Wait(self, status: Any = None) -> bool:
-        self._request.wait()
-        self._request = COMPLETED
-        return True
+    __slots__ = ()
 
     def test(self, status: Any = None) -> tuple[bool, None]:
         return self.Test(status), None
@@ -118,15 +99,35 @@ class CommRequest:
         self.Wait(status)
 
 
-class CommPrequest(CommRequest):
+_test, _wait = Request.test, Request.wait      # (hpccoll's, which CommRequest renames)
+
+
+class CommRequest(_LowerCase, Request):
+    """What ``hpccoll.Comm``'s ``I...`` methods return: hpccoll's non-blocking collective
+    (:class:`hpccoll.Request`, completed from C where it runs on the compiled native
+    executor) with mpi4py's Request methods: ``Wait()``, ``Test()``, and the lower-case
+    ``wait()`` (None) and ``test()`` (``(flag, None)``).  ``MPI.Request.Waitall`` and its
+    kin do not take it (it is not an MPI request)."""
+
+    __slots__ = ()
+
+    def Test(self, status: Any = None) -> bool:
+        return _test(self)
+
+    def Wait(self, status: Any = None) -> bool:
+        _wait(self)
+        return True
+
+
+class CommPrequest(_LowerCase):
     """What ``hpccoll.Comm``'s ``..._init`` methods return: hpccoll's persistent collective
     (:class:`hpccoll.PersistentRequest`) with mpi4py's Prequest methods: ``Start()``, then
     ``Wait()``/``Test()``, again and again; ``Free()`` releases it."""
 
-    __slots__ = ("Start",)
+    __slots__ = ("_request", "Start")
 
     def __init__(self, request: Any):
-        super().__init__(request)
+        self._request = request
         self.Start = request.start      # (its own method: no frame of this object's)
 
     def Test(self, status: Any = None) -> bool:
@@ -140,13 +141,14 @@ class CommPrequest(CommRequest):
         self._request.free()
 
 
-def _prepare(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
-             ) -> tuple[api.Prepared, Any, Any]:
-    """``call`` validated and prepared (:func:`hpccoll.api.prepare`); its reading (if any)
-    keeps the validated call to run again when the same call comes back."""
+def _prepare(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None,
+             form: str = "blocking") -> tuple[api.Prepared, Any, Any]:
+    """``call`` (made in ``form``) validated and prepared (:func:`hpccoll.api.prepare`);
+    its reading (if any) keeps the validated call to run again when the same call comes
+    back."""
     prepared, send, recv = api.prepare(call.collective, comm, call.send, call.recv,
                                        counts=call.counts, op=call.op, root=call.root,
-                                       algorithm=algorithm)
+                                       algorithm=algorithm, form=form)
     if reading is not None:
         reading.last = api.LastCall.of(prepared, comm, call.send if send is None else send,
                                        recv, send, recv, None, call.op, call.root, algorithm,
@@ -161,7 +163,7 @@ def _run_blocking(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading |
 
 def _start(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
            ) -> CommRequest:
-    prepared, send, recv = _prepare(call, comm, algorithm, reading)
+    prepared, send, recv = _prepare(call, comm, algorithm, reading, "nonblocking")
     return CommRequest(prepared.start(send, recv, prepared.ctx.next_slot()))
 
 
@@ -189,30 +191,38 @@ FORMS = (BLOCKING, NONBLOCKING, _Form(lambda m: m + "_init", (("info", MPI.INFO_
 
 
 def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
-                    serve: Callable[[Any, tuple], Any], entry: bool) -> Callable:
+                    serve: Callable[[Any, tuple], Any], entry: str) -> Callable:
     """A function ``name(self, <parameters>)`` that returns ``serve(self, (<the arguments>,))``
-    (``entry``: unless the method's C entry, ``self._entries[name]``, served the call with
-    the arguments, :mod:`.runtime.entry`): Python binds the arguments (and raises TypeError
-    as for any function), with the parameters' names and defaults for ``help()`` and IDEs."""
+    unless the method's C entry, ``self._entries[name]``, served the call with the arguments
+    (:mod:`.runtime.entry`; ``entry``: "repeats" of a blocking method, then None; "starts"
+    of a non-blocking one, then the request it returned; "" none): Python binds the
+    arguments (and raises TypeError as for any function), with the parameters' names and
+    defaults for ``help()`` and IDEs."""
     defaults = {f"_default{i}": d for i, (_, d) in enumerate(parameters) if d is not _REQUIRED}
     declared = ", ".join(p if d is _REQUIRED else f"{p}=_default{i}"
                          for i, (p, d) in enumerate(parameters))
     passed = "".join(f"{p}, " for p, _ in parameters)
-    served = f"    if self._entries[{name!r}]({passed}):\n        return None\n" if entry else ""
+    served = {"repeats": f"    if self._entries[{name!r}]({passed}):\n        return None\n",
+              "starts": f"    started = self._entries[{name!r}]({passed})\n"
+                        "    if started:\n        return started\n", "": ""}[entry]
     namespace = {"serve": serve, **defaults}
     exec(f"def {name}(self, {declared}):\n{served}    return serve(self, ({passed}))\n",
          namespace)
     return namespace[name]
 
 
-def _serve_with(entry: Entry, reading: Reading | NativeReading | None) -> None:
-    """Let ``entry`` serve the repeats of the blocking call ``reading`` read (and ran), where
-    it has a pattern and a validated call to run again; else let it serve none."""
+def _serve_with(entry: Entry, reading: Reading | NativeReading | None, blocking: bool
+                ) -> None:
+    """Let ``entry`` serve the repeats (``blocking``) or the starts of the call ``reading``
+    read (and ran), where it has a pattern and a validated call to run again; else let it
+    serve none."""
     last = getattr(reading, "last", None)
     if last is None or reading.pattern is None:
         entry.disarm()
-    else:
+    elif blocking:
         last.serve(entry, reading.pattern)
+    else:
+        last.serve_starts(entry, reading.pattern, CommRequest)
 
 
 def _collective_method(collective: _Method, form: _Form) -> Callable:
@@ -242,11 +252,11 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                     if last is not None:
                         started = last.start(*arrays)
                         if started is not None:
-                            return CommRequest(started)
+                            return request_of(started, CommRequest)
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)
-        if blocking:
+        if blocking or nonblocking_form:
             self._entries[name].disarm()
         try:
             call = self._read(read, values[:used])
@@ -258,11 +268,12 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
         reading = self._readings[name] = Reading.of(call, values, buffers,
                                                     blocking or nonblocking_form)
         result = run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
-        if blocking:
-            _serve_with(self._entries[name], reading)
+        if blocking or nonblocking_form:
+            _serve_with(self._entries[name], reading, blocking)
         return result
 
-    method = _with_signature(name, parameters, serve, blocking)
+    method = _with_signature(name, parameters, serve, "repeats" if blocking else
+                             "starts" if nonblocking_form else "")
     method.__qualname__ = name
     method.__doc__ = (f"mpi4py's {name}, run by hpccoll (by MPI's own collective where "
                       "hpccoll cannot run the call: see hpccoll.comm).")

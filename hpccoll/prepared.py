@@ -274,13 +274,17 @@ def nothing() -> None:
 
 def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: Any = None,
             op: Any = None, root: Any = 0, algorithm: str = "auto",
-            options: Mapping[str, Any] | None = None) -> tuple[Prepared, Any, Any]:
-    """Validate and plan a call (every check happens here, before any message); return the
+            options: Mapping[str, Any] | None = None, form: str = "blocking"
+            ) -> tuple[Prepared, Any, Any]:
+    """Validate and plan a call (every check happens here, before any message), ``auto``
+    resolved for calls made in ``form`` (:data:`~hpccoll.tuning.FORMS`); return the
     prepared call with the send (None when there is none) and receive arrays.  An identical
     call on the same communicator is served from a cache after a cheap signature check."""
     ctx = existing_context(comm) if isinstance(comm, MPI.Comm) else None
     key = signature(collective, sendbuf, recvbuf, counts, op, root, algorithm, options) \
         if isinstance(comm, MPI.Comm) else None
+    if key is not None and form != "blocking" and algorithm == "auto":
+        key = (form, key)               # (auto may resolve otherwise for another form)
     if key is not None:
         try:
             found = None if ctx is None else ctx.calls.get(key)
@@ -294,10 +298,10 @@ def prepare(collective: str, comm: Any, sendbuf: Any, recvbuf: Any, *, counts: A
             return found, send, send[:0] if found.ignores_recv else _array(recvbuf)
     args, send, recv = validate(collective, comm, sendbuf, recvbuf, counts=counts, op=op,
                                 root=root, options=options)
-    resolve(args, algorithm)            # unknown names and constraints on p: before any message
+    resolve(args, algorithm, form)      # unknown names, constraints on p: before any message
     ctx = context(comm)                 # (collective on first use: duplicate, topology)
     args = replace(args, call=replace(args.call, topology=ctx.topology))
-    algorithm = resolve(args, algorithm)
+    algorithm = resolve(args, algorithm, form)
     prepared = Prepared(ctx, args, algorithm, buffers.kind(recv))
     if key is not None:
         ctx.remember(key, prepared)

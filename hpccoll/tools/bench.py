@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 from .. import api, registry, settings
 from ..prepared import staged_regions
-from ..collectives import spec
+from ..collectives import nonblocking, spec
 from ..runtime import buffers, device
 from ..schedule import RECV
 from .bench_command import API_NATIVE, selected_algorithms, skipped_by_all
@@ -45,11 +45,13 @@ class Case:
     """One collective at one size: buffers, the seeded inputs and the expected output, all
     from the collective's spec (OSU size convention; root 0 for rooted collectives); with
     ``cold_bytes``, the timed calls' buffers rotate through sets of at least that many bytes
-    (:class:`~hpccoll.tools.timing.Rotation`), the data check's are the first ones."""
+    (:class:`~hpccoll.tools.timing.Rotation`), the data check's are the first ones.  Each
+    call is made in ``form`` (:data:`~hpccoll.tuning.FORMS`; other than blocking: host
+    buffers, and a persistent request is made once per runner, its buffers fixed)."""
 
     def __init__(self, comm: MPI.Comm, collective: str, size: int, dtype: np.dtype,
-                 memory: str = "host", cold_bytes: int = 0):
-        self.comm, self.spec, self.dtype = comm, spec(collective), dtype
+                 memory: str = "host", cold_bytes: int = 0, form: str = "blocking"):
+        self.comm, self.spec, self.dtype, self.form = comm, spec(collective), dtype, form
         p, r = comm.size, comm.rank
         self.count = max(size // dtype.itemsize, 0)
         calls = [self.spec.bench_call(p, q, self.count) for q in range(p)]
@@ -70,8 +72,7 @@ class Case:
         self.cold: Rotation | None = None
         self._native_arguments: Callable | None = None     # native's, for the cold sets
         self.native_args: tuple = ()
-        if cold_bytes and memory != "host":
-            raise ValueError("cold buffers are host memory: --cold takes --device host")
+        check_buffers(memory, cold_bytes > 0, form)
         if cold_bytes:                          # the timed calls rotate through cold buffers
             start = np.zeros(self.recv.size, dtype)
             if self.recv_input is not None:
@@ -93,7 +94,12 @@ class Case:
             name, arguments = self.spec.native_args(
                 self.call, buffers.mpi_datatype(self.dtype),
                 MPI.SUM if self.spec.reduces else None)
+            if self.form == "persistent":
+                request = getattr(comm, name + "_init")(*arguments(send, recv))
+                return lambda: (request.Start(), request.Wait())
             method = getattr(comm, name)
+            if self.form == "nonblocking":
+                method = _waited(getattr(comm, nonblocking(name)), "Wait")
             if cold is not None:        # the set's arguments made with it, in advance()
                 self._native_arguments = arguments
                 self.native_args = arguments(cold.send, cold.recv)
@@ -108,6 +114,12 @@ class Case:
             algorithm = registry.NATIVE
         run, name, counts = api.run_collective, self.spec.name, self.counts
         op = "sum" if self.spec.reduces else None
+        if self.form == "persistent":
+            request = api.init_collective(name, comm, send, recv, counts=counts, op=op,
+                                          algorithm=algorithm)
+            return lambda: (request.start(), request.wait())
+        if self.form == "nonblocking":
+            run = _waited(api.start_collective, "wait")
         if cold is not None:
             return lambda: run(name, comm, cold.send, cold.recv, counts=counts, op=op,
                                algorithm=algorithm)
@@ -127,7 +139,7 @@ class Case:
             return algorithm
         prepared, _, _ = api.prepare(self.spec.name, self.comm, self.send, self.recv,
                                      counts=self.counts,
-                                     op="sum" if self.spec.reduces else None)
+                                     op="sum" if self.spec.reduces else None, form=self.form)
         return prepared.algorithm
 
     def wrong(self, run: Callable[[], None]) -> int:
@@ -146,6 +158,25 @@ class Case:
         total = np.empty_like(bad)
         self.comm.Allreduce(bad, total, op=MPI.SUM)
         return int(total[0])
+
+
+def check_buffers(memory: str, cold: bool, form: str) -> None:
+    """ValueError unless calls made in ``form`` can be timed on buffers in ``memory``,
+    rotating through cold sets (``cold``) or not."""
+    if cold and memory != "host":
+        raise ValueError("cold buffers are host memory: --cold takes --device host")
+    if form != "blocking" and memory != "host":
+        raise ValueError(f"--form {form} takes host buffers (--device host)")
+    if cold and form == "persistent":
+        raise ValueError("a persistent request's buffers are fixed: --cold cannot rotate "
+                         "them (--form blocking or nonblocking)")
+
+
+def _waited(start: Callable, wait: str) -> Callable[..., None]:
+    """``start(...)`` then its request's ``wait`` method: a non-blocking call made whole."""
+    def call(*args: Any, **kwargs: Any) -> None:
+        getattr(start(*args, **kwargs), wait)()
+    return call
 
 
 def _staged_native(method: Callable, arguments: Callable, send: Any, recv: Any,
@@ -244,15 +275,16 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         dtype: str = "float32", iterations: int = 100, warmup: int = 10, check: bool = True,
         out: TextIO | None = None, progress: bool = False,
         straggler: Straggler | None = None, min_time: float = 0.0,
-        memory: str = "host", skipped: str | None = None, cold: bool = False
-        ) -> list[Result]:
+        memory: str = "host", skipped: str | None = None, cold: bool = False,
+        form: str = "blocking") -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
     at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
     ``out`` as it goes (and a progress bar on stderr with ``progress``), its header saying
     what was ``skipped``, and last the average bus bandwidth of each algorithm; buffers in
     ``memory`` ("host", or "cuda": GPU memory); with ``cold`` the timed calls rotate
-    through buffer sets of at least COLD_FACTOR last-level caches per rank.  Returns the
-    results (on every rank)."""
+    through buffer sets of at least COLD_FACTOR last-level caches per rank; each call (of
+    every algorithm, native's too) made in ``form`` (:class:`Case`).  Returns the results
+    (on every rank)."""
     p = comm.size
     bar = _progress_bar(len(sizes) * len(algorithms), collective) \
         if progress and comm.rank == 0 else None
@@ -264,7 +296,9 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         (lambda line: None)
     where = "" if memory == "host" else \
         f", buffers in GPU memory ({'GPU-aware MPI' if buffers.gpu_aware() else 'staged'})"
-    say(f"# hpccoll bench {collective}: {p} rank{'s' if p > 1 else ''}, {dt}{where}, "
+    made = {"blocking": "", "nonblocking": ", non-blocking calls (start, wait)",
+            "persistent": ", persistent calls (one request a cell; start, wait)"}[form]
+    say(f"# hpccoll bench {collective}: {p} rank{'s' if p > 1 else ''}, {dt}{where}{made}, "
         f"{library_version()}")
     say(f"# time = median over iterations of the slowest rank; spread = (p90 - p10) / median "
         f"of those times; busbw factor {spec(collective).busbw_factor(p):.3f}; "
@@ -287,7 +321,7 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     say(f"# {'size(B)':>10} {'algorithm':>20} {'iters':>7} {'time(us)':>11} {'spread':>7} "
         f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'vs native':>10} {'#wrong':>7}")
     for size in sizes:
-        case = Case(comm, collective, size, dt, memory, cold_bytes)
+        case = Case(comm, collective, size, dt, memory, cold_bytes, form)
         if case.count == 0:
             continue
         native_time = None
@@ -378,8 +412,7 @@ def main(args: Any, argv: list[str]) -> int:
     if args.device == "cuda" and not device.available():
         raise ValueError("--device cuda: no CUDA GPU here (numba.cuda finds none; "
                          "NUMBA_ENABLE_CUDASIM=1 simulates one)")
-    if args.cold and args.device != "host":
-        raise ValueError("--cold rotates host buffers: it takes --device host")
+    check_buffers(args.device, args.cold, args.form)
     note_if_alone(args.prog, comm.size, "benchmarking")      # the arguments hold: it runs
     crowded = oversubscribed(comm)
     if crowded and comm.rank == 0:
@@ -388,10 +421,12 @@ def main(args: Any, argv: list[str]) -> int:
     results = run(comm, args.collective, algorithms, size_range(args.sizes), args.dtype,
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
                   args.min_time, args.device,
-                  skipped_by_all(args.collective, args.algorithms, comm.size), args.cold)
+                  skipped_by_all(args.collective, args.algorithms, comm.size), args.cold,
+                  args.form)
     if args.json and comm.rank == 0:
         meta = {**metadata(comm, argv), "min_iterations": args.iterations,
                 "min_time": args.min_time, "warmup": args.warmup, "cold": args.cold,
+                "form": args.form,
                 "oversubscribed": crowded}
         write_json(args.json, meta, results)
     if args.plot and comm.rank == 0:

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from .. import registry
+from ..tuning import FORMS
 from ..collectives import SPECS, spec
 from . import arguments, timing
 
@@ -60,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_timing_arguments(parser: argparse.ArgumentParser, iterations: int, min_time: float,
                          warmup: int) -> None:
-    """-i, --min-time and -x (how long a cell is timed), with these defaults: bench's and
-    tune's."""
+    """-i, --min-time and -x (how long a cell is timed), with these defaults, and --form
+    (how each call is made): bench's and tune's."""
     parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=iterations,
                         help="the fewest timed iterations per size and algorithm, default "
                              f"{iterations} (more when --min-time asks for them)")
@@ -73,6 +74,12 @@ def add_timing_arguments(parser: argparse.ArgumentParser, iterations: int, min_t
     parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=warmup,
                         help=f"warm-up calls before the timed ones, default {warmup} (at least "
                              "one with --min-time: it sizes the count)")
+    parser.add_argument("--form", choices=FORMS, default="blocking",
+                        help="how each call is made, for every algorithm and native alike: "
+                             "blocking (default), nonblocking (start, then wait: mpi4py's "
+                             "I<Collective> + Wait), persistent (one request made per size and "
+                             "algorithm, then start + wait: mpi4py's <Collective>_init); "
+                             "nonblocking and persistent take host buffers")
 
 
 def add_parser(subparsers: Any) -> None:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..collectives import NAMES as COLLECTIVES, spec
+from ..tuning import FORMS
 from . import arguments
 from .launcher import note_if_alone
 
@@ -23,6 +24,10 @@ def add_parser(subparsers: Any) -> None:
                              "said so; under mpiexec rank 0 answers)")
     parser.add_argument("--topology", help="a topology spec or file (default: one node)")
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
+    parser.add_argument("--form", choices=FORMS, default="blocking",
+                        help="how the call is made: blocking (default), nonblocking "
+                             "(i<collective>), persistent (<collective>_init); a decision table "
+                             "may have rules for each")
     parser.set_defaults(handler=run, prog=parser.prog, reads_environment=True)
 
 
@@ -42,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     topology = from_spec(args.topology, p) if args.topology else None
     call = costmodel.stand_in(args.collective, p, nbytes, np.dtype(args.dtype).itemsize,
                               topology)
-    decision = tuning.decide(call, nbytes)
-    print(f"{args.collective}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
+    decision = tuning.decide(call, nbytes, args.form)
+    made = "" if args.form == "blocking" else f", {args.form}"
+    print(f"{args.collective}{made}, {nbytes} B, {p} rank(s): auto picks {decision.algorithm} "
           f"({decision.source}: {decision.reason})")
     if p == 1 and decision.algorithm != registry.NATIVE:
         print("executor: on one rank, a blocking call repeated on the arrays of the first is "

@@ -65,6 +65,9 @@ def run_simulated(args: argparse.Namespace) -> int:
     from .results import size_range
     if args.platform is None:
         raise ValueError("--simulate needs --platform SPEC (hpccoll simulate --platforms)")
+    if args.form != "blocking":
+        raise ValueError("--simulate replays schedules, not an MPI library's call forms: "
+                         "--form is for timed runs")
     engine.load()                       # SimulatorMissing: one line, exit status 2
     target = build(args.platform)
     table = _existing(args.out)
@@ -106,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                                 args.dtype, args.iterations, args.warmup, check=sweep == 0,
                                 out=sys.stdout if comm.rank == 0 else None,
                                 min_time=args.min_time,
-                                skipped=skipped_by_all(collective, "all", comm.size))
+                                skipped=skipped_by_all(collective, "all", comm.size),
+                                form=args.form)
             if any(r.wrong for r in results):
                 if comm.rank == 0:
                     print(f"hpccoll tune: wrong results for {collective}; no table written",
@@ -120,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
         for (size, name), times in sweeps.items():
             timings.setdefault(size, {})[name] = times
         table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings),
-                             tuning.library())
+                             tuning.library(), args.form)
     if comm.rank == 0:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1)
-        print(f"# decision table for {comm.size} rank(s) written to {args.out}")
+        made = "" if args.form == "blocking" else f", {args.form} calls"
+        print(f"# decision table for {comm.size} rank(s){made} written to {args.out}")
     return 0

@@ -169,6 +169,47 @@ def test_tune_writes_a_table_that_auto_follows(tmp_path):
     assert f"auto picks {name} (tuning file" in explained.stdout
 
 
+def test_bench_and_tune_time_the_nonblocking_and_persistent_forms(tmp_path):
+    """--form times every algorithm and native (mpi4py's I<Collective> + Wait, or a
+    <Collective>_init request started and waited on) in that form, each result checked; tune
+    --form writes an entry for that form, which auto follows for calls of that form only."""
+    out = tmp_path / "bench.json"
+    for form, header in (("nonblocking", "non-blocking calls (start, wait)"),
+                         ("persistent", "persistent calls (one request a cell; start, wait)")):
+        done = hpccoll("bench", "allreduce", "-a", "ring,hpccoll-native", "-m", "8:4K:8",
+                       "-i", "5", "-x", "1", "--min-time", "0", "--form", form, "--json",
+                       str(out), ranks=2)
+        assert done.returncode == 0, done.stderr
+        assert f"2 ranks, float32, {header}" in done.stdout, done.stdout
+        report = json.loads(out.read_text())
+        assert report["meta"]["form"] == form
+        rows = report["results"]
+        assert {r["algorithm"] for r in rows} == {"native", "ring", "hpccoll-native"}
+        assert len(rows) == 3 * 4 and all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
+    table = tmp_path / "tuning.json"
+    for form in ("blocking", "persistent"):
+        done = hpccoll("tune", "allreduce", "-m", "8:64:8", "-i", "5", "--min-time", "0",
+                       "-x", "1", "--repeat", "1", "--form", form, "--out", str(table),
+                       ranks=2)
+        assert done.returncode == 0, done.stderr
+    from hpccoll import tuning
+    loaded = tuning.load_table(str(table), table.stat().st_mtime)
+    assert [e.get("form") for e in loaded["collectives"]["allreduce"]] == [None, "persistent"]
+    persistent = loaded["collectives"]["allreduce"][1]
+    persistent["rules"] = [{"max_bytes": None, "algorithm": "direct"}]     # (a choice to see)
+    table.write_text(json.dumps(loaded))
+    for form, picks in (("persistent", "direct"), ("blocking", None)):
+        explained = subprocess.run(
+            [sys.executable, "-m", "hpccoll", "explain", "allreduce", "--bytes", "8",
+             "--ranks", "2", "--form", form], capture_output=True, text=True,
+            env={**os.environ, "HPCCOLL_TUNING_FILE": str(table)})
+        assert explained.returncode == 0, explained.stderr
+        assert ("on persistent calls" in explained.stdout) == (picks is not None)
+        if picks:
+            assert f"allreduce, persistent, 8 B, 2 rank(s): auto picks {picks} (tuning file" \
+                in explained.stdout
+
+
 def test_explain_uses_the_environment_then_the_cost_model():
     env = {**os.environ, "HPCCOLL_ALLGATHER_ALGORITHM": "ring"}
     done = subprocess.run([sys.executable, "-m", "hpccoll", "explain", "allgather",
@@ -258,6 +299,10 @@ def test_rules_keep_a_choice_within_five_percent():
     (["bench", "allreduce", "-a", "nosuch", "-m", "8"],
      "hpccoll bench: error: unknown algorithm 'nosuch'"),
     (["tune", "nosuch"], "hpccoll tune: error: argument COLLECTIVE: unknown collective 'nosuch'"),
+    (["bench", "allreduce", "-m", "8", "--form", "persistent", "--cold"],
+     "hpccoll bench: error: a persistent request's buffers are fixed: --cold cannot rotate"),
+    (["tune", "allreduce", "--simulate", "--platform", "switch:n=4", "--form", "nonblocking"],
+     "hpccoll tune: error: --simulate replays schedules, not an MPI library's call forms"),
     (["report", "missing.json"], "hpccoll report: error: argument FILE: cannot read missing.json"),
     (["verify", "--algorithm", "nosuch"], "hpccoll verify: error: no algorithm 'nosuch'"),
     (["nosuch"], "hpccoll: error: argument command: invalid choice: 'nosuch'"),

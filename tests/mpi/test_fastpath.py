@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import defaultdict
 import weakref
 
 import numpy as np
@@ -591,6 +592,139 @@ def test_the_c_entry_serves_repeats_and_declines_every_change(mpi_ranks, comm, m
             python_calls.clear()
             hpccoll.allreduce(comm, x, y, algorithm=algorithm)
             assert python_calls == ["allreduce"] and np.array_equal(y, total)
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=300)
+def test_the_c_entry_serves_nonblocking_starts_and_declines_every_change(mpi_ranks, comm,
+                                                                          monkeypatch):
+    """A repeated non-blocking native call (functions: arrays, specs, IN_PLACE, a rooted
+    call whose other ranks pass no receive buffer; hpccoll.Comm's I-methods) is started by
+    its C entry, without the Python path, and returns a request that the run completes
+    (wait(), or test() polled; Comm's Wait()/Test()); each change (sizes, dtype, op,
+    algorithm, options, a strided or read-only buffer, the validated calls forgotten) is
+    declined and served (or refused) by the Python path.  Every start draws the context's
+    next tag slot, from C as from Python (a rank whose starts all go through Python -- its
+    entries stand-ins -- runs with the others); two starts in flight at once (the second
+    declined: the executor busy) both complete; every result is NumPy's."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.runtime import entry, libmpi
+    from hpccoll.context import context
+    from mpi4py import MPI
+    p, r = comm.size, comm.rank
+    assert entry.COMPILED, "the C entry was not built (setup.py: it needs a C compiler)"
+    python_only = p > 1 and r == p - 1                  # (the last rank of several)
+    through_c = libmpi.available() and not python_only
+    if python_only:
+        for name in api._start_entries:
+            monkeypatch.setattr(api, f"_start_{name}", entry.StandIn())
+    python_starts = []
+    start_collective, last_start = api.start_collective, api.LastCall.start
+    monkeypatch.setattr(api, "start_collective",
+                        lambda *a: python_starts.append(a[0]) or start_collective(*a))
+    monkeypatch.setattr(api.LastCall, "start",      # (Comm's I-methods' Python path)
+                        lambda self, *a: python_starts.append("Comm") or last_start(self, *a))
+    wrapped = hpccoll.Comm(comm, algorithms={"allreduce": "native", "bcast": "native"})
+    if python_only:
+        wrapped._entries = defaultdict(entry.StandIn)
+    xs = [np.arange(8.0) + 10 * k for k in range(p)]
+    total = np.sum(xs, axis=0)
+    x, y, z = xs[r].copy(), np.empty(8), np.empty(8)
+    root_out = np.empty(8) if r == 0 else None
+    counts, displs = [2] * p, [2 * q for q in range(p)]
+    a, b = np.arange(2.0 * p) + 100 * r, np.empty(2 * p)
+    exchanged = np.concatenate([np.arange(2.0 * p)[2 * r:2 * r + 2] + 100 * q
+                                for q in range(p)])
+
+    def in_place():
+        z[:] = xs[r]
+        return hpccoll.iallreduce(comm, MPI.IN_PLACE, z, algorithm="native")
+
+    def bcast():
+        z[:] = xs[0] if r == 0 else -1
+        return wrapped.Ibcast([z, 8, MPI.DOUBLE], root=0)
+
+    def completed(request):
+        if hasattr(request, "Wait"):
+            if r % 2:
+                request.Wait()
+            else:
+                while not request.Test():
+                    pass
+        elif r % 2:
+            request.wait()
+        else:
+            while not request.test():
+                pass
+
+    def slot():
+        return context(comm).slot
+
+    for case, (start, out, want) in enumerate((
+            (lambda: hpccoll.iallreduce(comm, x, y, algorithm="native"), y, total),
+            (lambda: hpccoll.ialltoallv(comm, [a, counts, displs], [b, counts, displs],
+                                        algorithm="native"), b, exchanged),
+            (in_place, z, total),
+            (lambda: hpccoll.ireduce(comm, x, root_out, root=0, algorithm="native"),
+             root_out if r == 0 else None, total),
+            (lambda: wrapped.Iallreduce(x, y), y, total),
+            (bcast, z, xs[0]))):
+        for k in range(4):
+            python_starts.clear()
+            if out is not None:
+                out[...] = -1
+            before = slot()
+            completed(start())
+            assert out is None or np.array_equal(out, want), (case, k, out, want)
+            if k >= 1:
+                assert (python_starts == []) == through_c, (case, k, python_starts)
+                assert slot() == before % (context(comm).slots - 1) + 1, (case, k, before)
+    python_starts.clear()
+    y[...] = z[...] = -1
+    first, second = [hpccoll.iallreduce(comm, x, out, algorithm="native") for out in (y, z)]
+    second.wait()
+    first.wait()
+    assert np.array_equal(y, total) and np.array_equal(z, total)
+    assert python_starts.count("allreduce") == (1 if through_c else 2), python_starts
+    other = np.empty(8)
+    changes = [     # (the start changed, the array it writes, what it must hold)
+        (lambda: hpccoll.iallreduce(comm, x.copy(), other, algorithm="native"), other,
+         total, True),          # (other arrays of the same sizes: the same native call)
+        (lambda: hpccoll.iallreduce(comm, x, y, op=MPI.MAX, algorithm="native"), y,
+         np.max(xs, axis=0), False),
+        (lambda: hpccoll.iallreduce(comm, x, y, algorithm="native", options={}), y, total,
+         False),
+        (lambda: hpccoll.iallreduce(comm, x[:4], y[:4], algorithm="native"), y[:4],
+         total[:4], False),
+        (lambda: hpccoll.iallreduce(comm, x.astype(np.float32), other.view(np.float32)[:8],
+                                    algorithm="native"), other.view(np.float32)[:8],
+         total.astype(np.float32), False),
+        (lambda: hpccoll.iallreduce(comm, x, y, algorithm="ring"), y, total, False),
+        (lambda: hpccoll.ialltoallv(comm, [a, tuple(counts), displs], [b, counts, displs],
+                                    algorithm="native"), b, exchanged, False),
+    ]
+    for k, (change, out, want, same_call) in enumerate(changes):
+        for _ in range(2):
+            hpccoll.iallreduce(comm, x, y, algorithm="native").wait()
+            hpccoll.ialltoallv(comm, [a, counts, displs], [b, counts, displs],
+                               algorithm="native").wait()
+        python_starts.clear()
+        out[...] = -1
+        change().wait()
+        assert (python_starts == []) == (same_call and through_c), (k, python_starts)
+        assert np.array_equal(out, want), (k, out, want)
+    read_only = np.empty(8)
+    read_only.flags.writeable = False
+    for bad in (np.empty(16)[::2], read_only, x):
+        hpccoll.iallreduce(comm, x, y, algorithm="native").wait()
+        with pytest.raises(ValueError):
+            hpccoll.iallreduce(comm, x, bad, algorithm="native")
+    hpccoll.iallreduce(comm, x, y, algorithm="native").wait()
+    hpccoll.configure(timeout=hpccoll.settings.current.timeout)   # forgets calls
+    python_starts.clear()
+    y[...] = -1
+    hpccoll.iallreduce(comm, x, y, algorithm="native").wait()
+    assert python_starts[:1] == ["allreduce"] and np.array_equal(y, total)
 
 
 @pytest.mark.mpi(ranks=[1, 2], timeout=300)

@@ -119,6 +119,46 @@ def test_entries_measured_under_a_library_serve_that_library(tmp_path, monkeypat
                                "in its slowest sweep there)")
 
 
+def test_entries_measured_on_a_form_serve_that_form(tmp_path, monkeypatch):
+    """Persistent and non-blocking calls take the rules measured on their form (of the
+    running library first), else the entry naming no form (blocking calls'); blocking calls
+    never take another form's rules; merge replaces an entry of the same ranks, library and
+    form only; explain's reason names the form."""
+    def rules(algorithm):
+        return [{"max_bytes": 64, "algorithm": algorithm}, {"max_bytes": None, "algorithm": "ring"}]
+    table = tuning.merge(None, "allreduce", 2, rules("recursive_doubling"), "Open MPI")
+    table = tuning.merge(table, "allreduce", 2, rules("native"), "Open MPI", "persistent")
+    table = tuning.merge(table, "allreduce", 2, rules("direct"), None, "nonblocking")
+    table = tuning.merge(table, "allreduce", 2, rules("native"), "Open MPI", "persistent")
+    table = tuning.merge(table, "allreduce", 2, rules("swing_latency"), "MPICH")
+    entries = table["collectives"]["allreduce"]
+    assert [(e.get("library"), e.get("form")) for e in entries] == [
+        (None, "nonblocking"), ("MPICH", None), ("Open MPI", None), ("Open MPI", "persistent")]
+    for library, form, algorithm in (
+            ("Open MPI", "blocking", "recursive_doubling"),
+            ("Open MPI", "persistent", "native"),
+            ("Open MPI", "nonblocking", "recursive_doubling"),   # the library's entry first
+            ("MPICH", "persistent", "swing_latency"),
+            ("MPICH", "blocking", "swing_latency"),
+            ("another MPI", "nonblocking", "direct"),
+            ("another MPI", "blocking", None)):
+        found = tuning.lookup(table, "allreduce", 2, 8, library, form)
+        assert (found and found[1]["algorithm"]) == algorithm, (library, form, found)
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("HPCCOLL_TUNING_FILE", str(path))
+    monkeypatch.setattr(tuning, "library", lambda: "Open MPI")
+    call = costmodel.stand_in("allreduce", 2, 8, 4, None)
+    assert tuning.choose(call, 8) == "recursive_doubling"
+    decision = tuning.decide(call, 8, "persistent")
+    assert decision.algorithm == "native"
+    assert decision.reason == (f"{path}: allreduce, ranks 2-2, <= 64 B, measured under Open "
+                               "MPI on persistent calls")
+    with pytest.raises(ValueError, match="\"form\": \"nonblocking\" or \"persistent\""):
+        tuning.check_table({"format": tuning.FORMAT, "collectives": {"allreduce": [
+            {"ranks": [2, 2], "form": "blocking", "rules": rules("ring")}]}})
+
+
 @pytest.mark.parametrize("entry", [
     {"ranks": [2, 2], "library": 3, "rules": [{"max_bytes": None, "algorithm": "ring"}]},
     {"ranks": [2, 2], "rules": [{"max_bytes": None, "algorithm": "ring", "faster": 1.2}]},
