@@ -24,26 +24,31 @@ RUN = re.compile(r"(?P<collective>\w+?)_(?P<ranks>\d+)ranks_run\d+\.json")
 TARGET = 0.95
 
 
-def ratios(directory: Path) -> dict:
-    """{(library, ranks, collective): {bytes: ([ratio per run], {what auto ran})}}."""
+def ratios(directory: Path) -> tuple[dict, set[str]]:
+    """{(library, ranks, collective): {bytes: ([ratio per run], {what auto ran})}}, and the
+    forms of the calls the runs timed."""
     cells: dict = defaultdict(lambda: defaultdict(lambda: ([], set())))
+    forms = set()
     for path in sorted(directory.glob("*/*.json")):
         named = RUN.fullmatch(path.name)
         if named is None:
             continue
         key = (path.parent.name, int(named["ranks"]), named["collective"])
-        rows = json.loads(path.read_text())["results"]
+        run = json.loads(path.read_text())
+        rows = run["results"]
+        forms.add(run["meta"].get("form", "blocking"))
         native = {r["bytes"]: r["time_us"] for r in rows if r["algorithm"] == "native"}
         for r in rows:
             if r["algorithm"] == "auto":
                 found, ran = cells[key][r["bytes"]]
                 found.append(native[r["bytes"]] / r["time_us"])
                 ran.add(r.get("resolved") or "?")
-    return cells
+    return cells, forms
 
 
-def report(cells: dict, command: str) -> str:
-    lines = ["# auto against the MPI library's own collective", "",
+def report(cells: dict, forms: set[str], command: str) -> str:
+    made = "" if forms == {"blocking"} else f", {' and '.join(sorted(forms))} calls"
+    lines = [f"# auto against the MPI library's own collective{made}", "",
              "Made from every run in the results folder, of whichever invocation (rank "
              "counts may come from different ones); the last invocation (repository root):",
              "", f"    {command}", "",
@@ -84,7 +89,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--command", required=True)
     args = parser.parse_args()
-    args.out.write_text(report(ratios(args.directory), args.command))
+    args.out.write_text(report(*ratios(args.directory), args.command))
 
 
 if __name__ == "__main__":

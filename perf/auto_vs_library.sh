@@ -12,14 +12,19 @@
 #                 bench times)
 #   LIBRARIES     (mpich openmpi)      RANKS (1 2)      RUNS (3)
 #   SIZES         hpccoll bench -m (8:32M:4)      MIN_TIME  hpccoll bench --min-time (0.1)
+#   FORM          hpccoll bench --form (blocking; nonblocking, persistent: each against the
+#                 library's own call of that form)
 #   MPICH_BIN, OPENMPI_BIN   as perf/peers.sh (.venv/bin, .venv-openmpi/bin)
-#   OUT           (perf/results/auto_vs_library)   REPORT (perf/auto_vs_library.md)
+#   OUT           (perf/results/auto_vs_library, with _FORM after it for another form)
+#   REPORT        (perf/auto_vs_library.md; perf/auto_vs_library_FORM.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${COLLECTIVES:=allreduce allgather reduce_scatter alltoall bcast reduce}"
 : "${LIBRARIES:=mpich openmpi}" "${RANKS:=1 2}" "${RUNS:=3}" "${SIZES:=8:32M:4}"
 : "${MIN_TIME:=0.1}" "${MPICH_BIN:=.venv/bin}" "${OPENMPI_BIN:=.venv-openmpi/bin}"
-: "${OUT:=perf/results/auto_vs_library}" "${REPORT:=perf/auto_vs_library.md}"
+: "${FORM:=blocking}"
+suffix=$([ "$FORM" = blocking ] || echo "_$FORM")
+: "${OUT:=perf/results/auto_vs_library$suffix}" "${REPORT:=perf/auto_vs_library$suffix.md}"
 source perf/launch.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 for library in $LIBRARIES; do
@@ -31,11 +36,11 @@ for library in $LIBRARIES; do
         # shellcheck disable=SC2046  # library_env's words are env arguments
         env -u "HPCCOLL_${collective^^}_ALGORITHM" $(library_env "$library" "$ranks") \
           "$bin/mpiexec" -n "$ranks" "$bin/python" -m hpccoll bench "$collective" -a auto \
-          -m "$SIZES" --min-time "$MIN_TIME" --no-progress \
+          -m "$SIZES" --min-time "$MIN_TIME" --form "$FORM" --no-progress \
           --json "$OUT/$library/${collective}_${ranks}ranks_run$run.json" < /dev/null > /dev/null
       done
     done
   done
 done
 "$MPICH_BIN/python" perf/auto_vs_library.py "$OUT" --out "$REPORT" \
-  --command "COLLECTIVES='$COLLECTIVES' LIBRARIES='$LIBRARIES' RANKS='$RANKS' RUNS=$RUNS SIZES=$SIZES MIN_TIME=$MIN_TIME bash perf/auto_vs_library.sh"
+  --command "COLLECTIVES='$COLLECTIVES' LIBRARIES='$LIBRARIES' RANKS='$RANKS' RUNS=$RUNS SIZES=$SIZES MIN_TIME=$MIN_TIME FORM=$FORM bash perf/auto_vs_library.sh"

@@ -70,6 +70,7 @@ class Case:
             self.send = None if self.send is None else device.upload(self.send)
             self.recv = device.upload(self.recv)
         self.cold: Rotation | None = None
+        self.made: list[Callable[[], None]] = []    # free() of the persistent requests made
         self._native_arguments: Callable | None = None     # native's, for the cold sets
         self.native_args: tuple = ()
         check_buffers(memory, cold_bytes > 0, form)
@@ -96,6 +97,7 @@ class Case:
                 MPI.SUM if self.spec.reduces else None)
             if self.form == "persistent":
                 request = getattr(comm, name + "_init")(*arguments(send, recv))
+                self.made.append(request.Free)
                 return lambda: (request.Start(), request.Wait())
             method = getattr(comm, name)
             if self.form == "nonblocking":
@@ -112,18 +114,31 @@ class Case:
                                   staged_regions(self.spec, self.call))
         if algorithm == API_NATIVE:
             algorithm = registry.NATIVE
-        run, name, counts = api.run_collective, self.spec.name, self.counts
-        op = "sum" if self.spec.reduces else None
+        # the public function a program calls (whose C entry serves its repeats)
+        name, keywords = self.spec.name, {"algorithm": algorithm}
+        if self.spec.reduces:
+            keywords["op"] = "sum"
+        if self.counts is not None:
+            keywords[self.spec.counts_keyword] = self.counts
+
+        def buffers_of(send: Any, recv: Any) -> tuple:
+            return (comm, recv) if self.spec.one_buffer else (comm, send, recv)
         if self.form == "persistent":
-            request = api.init_collective(name, comm, send, recv, counts=counts, op=op,
-                                          algorithm=algorithm)
+            request = getattr(api, f"{name}_init")(*buffers_of(send, recv), **keywords)
+            self.made.append(request.free)
             return lambda: (request.start(), request.wait())
-        if self.form == "nonblocking":
-            run = _waited(api.start_collective, "wait")
+        call = getattr(api, name) if self.form == "blocking" else \
+            _waited(getattr(api, f"i{name}"), "wait")
         if cold is not None:
-            return lambda: run(name, comm, cold.send, cold.recv, counts=counts, op=op,
-                               algorithm=algorithm)
-        return lambda: run(name, comm, send, recv, counts=counts, op=op, algorithm=algorithm)
+            return lambda: call(*buffers_of(cold.send, cold.recv), **keywords)
+        arguments = buffers_of(send, recv)
+        return lambda: call(*arguments, **keywords)
+
+    def free(self) -> None:
+        """Free the persistent requests the runners made (none of them runs again)."""
+        for free in self.made:
+            free()
+        self.made.clear()
 
     def advance(self) -> None:
         """The next cold buffer set (and native's arguments on it); nothing when warm."""
@@ -333,6 +348,7 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
             stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
             timing = _timed_with(stalls, lambda: time_runs(comm, runner, iterations, warmup,
                                                            case.advance, min_time))
+            case.free()
             t = timing.median_us
             if name == registry.NATIVE:
                 native_time = t

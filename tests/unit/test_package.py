@@ -118,12 +118,14 @@ def test_functions_keep_their_signatures_hints_and_docstrings(collective):
 def test_functions_call_the_api_directly(collective):
     """No layer between a function and the call it makes (each frame costs ~0.1 us on the
     repeat path): its code loads one global, run_collective / start_collective /
-    init_collective, and passes the collective's name as a constant -- the blocking one
-    after its C entry (the global ``_entry_<collective>``), called with its arguments."""
+    init_collective, and passes the collective's name as a constant -- the blocking and
+    non-blocking ones after their C entry (the global ``_entry_<collective>``,
+    ``_start_<collective>``), called with its arguments."""
     called = ("run_collective", "start_collective", "init_collective")
-    for name, target in zip(SPECS[collective].functions, called):
+    entries = (f"_entry_{collective}", f"_start_{collective}", None)
+    for name, target, entry in zip(SPECS[collective].functions, called, entries):
         code = getattr(hpccoll, name).__code__
-        entry = (f"_entry_{collective}",) if target == "run_collective" else ()
+        entry = () if entry is None else (entry,)
         assert code.co_names == (*entry, target) and collective in code.co_consts
         source = inspect.getsource(getattr(hpccoll, name))     # shown, as in tracebacks
         assert source.startswith(f"def {name}(comm, ") and f"{target}({collective!r}, comm, " \
