@@ -218,8 +218,8 @@ class LastCall:
             return
         else:
             polls, bound = executor.polls, executor.bound
-        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, executor, bound, self.finish, polls,
-                            self.tag))
+        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, executor, bound,
+                                             self.finish, polls, self.tag))
 
     def serve_starts(self, entry: Entry, pattern: tuple | None = None,
                      request: type[Request] = Request) -> None:

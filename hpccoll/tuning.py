@@ -24,10 +24,11 @@ calls it was measured on (``"nonblocking"``: ``i<collective>`` + ``wait()``,
 ``"persistent"``: ``start()`` + ``wait()`` of one ``<collective>_init`` request), and then
 serves that form only; an entry naming no form was measured on blocking calls and serves
 every form that has no entry of its own (a library's persistent or non-blocking collective
-costs differently from its blocking one, so the best algorithm may differ).  A rule ``hpccoll tune``
-wrote against native says what it rests on: ``"faster"``, native's median time over the
-algorithm's at the size where the algorithm's lead was smallest, and ``"worst"``, native's
-median over the algorithm's slowest sweep there (``explain`` prints both).
+costs differently from its blocking one, so the best algorithm may differ).  A rule
+``hpccoll tune`` wrote against native says what it rests on: ``"faster"``, native's median
+time over the algorithm's at the size where the algorithm's lead was smallest, and
+``"worst"``, native's median over the algorithm's slowest sweep there (``explain`` prints
+both).
 
 For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the largest block
 for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),

@@ -96,9 +96,10 @@ def _outcome(hpccoll, call):
 def test_timeout_every_form_and_size_then_revoked_then_recovered(mpi_ranks, comm):
     """The last rank skips one allreduce: the others raise (CollectiveTimeout where the
     silent rank was awaited, CommunicatorRevoked where a peer's notice came first; for the
-    scheduled algorithms each names the silent rank or a peer that does), every later call on the communicator
-    raises CommunicatorRevoked before sending, the late rank's next call raises it or returns
-    the right sum, and after recover() every rank computes the right sum again."""
+    scheduled algorithms each names the silent rank or a peer that does), every later call
+    on the communicator raises CommunicatorRevoked before sending, the late rank's next call
+    raises it or returns the right sum, and after recover() every rank computes the right
+    sum again."""
     import hpccoll
     p, r = comm.size, comm.rank
     previous = _short_deadline(hpccoll, comm, DEADLINE)

@@ -125,7 +125,8 @@ def test_entries_measured_on_a_form_serve_that_form(tmp_path, monkeypatch):
     never take another form's rules; merge replaces an entry of the same ranks, library and
     form only; explain's reason names the form."""
     def rules(algorithm):
-        return [{"max_bytes": 64, "algorithm": algorithm}, {"max_bytes": None, "algorithm": "ring"}]
+        return [{"max_bytes": 64, "algorithm": algorithm},
+                {"max_bytes": None, "algorithm": "ring"}]
     table = tuning.merge(None, "allreduce", 2, rules("recursive_doubling"), "Open MPI")
     table = tuning.merge(table, "allreduce", 2, rules("native"), "Open MPI", "persistent")
     table = tuning.merge(table, "allreduce", 2, rules("direct"), None, "nonblocking")
