@@ -176,18 +176,20 @@ def _init(call: Call, comm: MPI.Comm, algorithm: str, reading: Reading | None
 
 @dataclass(frozen=True)
 class _Form:
-    """Blocking, non-blocking or persistent: the method's name, its extra parameters, and how
+    """Blocking, non-blocking or persistent: the method's name, its extra parameters, how
     hpccoll runs a call (``run(call, plain communicator, algorithm, reading)`` -> the
-    method's result)."""
+    method's result), and what the method's C entry serves (:func:`_with_signature`)."""
 
     name: Callable[[str], str]
     extra: tuple[tuple[str, Any], ...]
     run: Callable[[Call, MPI.Comm, str, Reading | None], Any]
+    entry: str
 
 
-BLOCKING = _Form(lambda m: m, (), _run_blocking)
-NONBLOCKING = _Form(nonblocking, (), _start)
-FORMS = (BLOCKING, NONBLOCKING, _Form(lambda m: m + "_init", (("info", MPI.INFO_NULL),), _init))
+BLOCKING = _Form(lambda m: m, (), _run_blocking, "repeats")
+NONBLOCKING = _Form(nonblocking, (), _start, "starts")
+FORMS = (BLOCKING, NONBLOCKING,
+         _Form(lambda m: m + "_init", (("info", MPI.INFO_NULL),), _init, ""))
 
 
 def _with_signature(name: str, parameters: tuple[tuple[str, Any], ...],
@@ -256,7 +258,7 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
                 else:
                     return run(reading.call.again(*arrays), self._plain,
                                self._algorithms.get(reading.call.collective, "auto"), None)
-        if blocking or nonblocking_form:
+        if form.entry:
             self._entries[name].disarm()
         try:
             call = self._read(read, values[:used])
@@ -265,15 +267,13 @@ def _collective_method(collective: _Method, form: _Form) -> Callable:
             check_mpi_takes(values[:buffers], name, reason)
             self._readings[name] = NativeReading.of(values, reason, buffers)
             return getattr(self._mpi, name)(self, *values)
-        reading = self._readings[name] = Reading.of(call, values, buffers,
-                                                    blocking or nonblocking_form)
+        reading = self._readings[name] = Reading.of(call, values, buffers, bool(form.entry))
         result = run(call, self._plain, self._algorithms.get(call.collective, "auto"), reading)
-        if blocking or nonblocking_form:
+        if form.entry:
             _serve_with(self._entries[name], reading, blocking)
         return result
 
-    method = _with_signature(name, parameters, serve, "repeats" if blocking else
-                             "starts" if nonblocking_form else "")
+    method = _with_signature(name, parameters, serve, form.entry)
     method.__qualname__ = name
     method.__doc__ = (f"mpi4py's {name}, run by hpccoll (by MPI's own collective where "
                       "hpccoll cannot run the call: see hpccoll.comm).")
