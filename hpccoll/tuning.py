@@ -27,8 +27,8 @@ every form that has no entry of its own (a library's persistent or non-blocking 
 costs differently from its blocking one, so the best algorithm may differ).  A rule
 ``hpccoll tune`` wrote against native says what it rests on: ``"faster"``, native's median
 time over the algorithm's at the size where the algorithm's lead was smallest, and
-``"worst"``, native's median over the algorithm's slowest sweep there (``explain`` prints
-both).
+``"worst"``, the least of native's time over the algorithm's in one sweep (each sweep timed
+both), over the sizes the rule covers (``explain`` prints both).
 
 For a call on p ranks moving ``nbytes`` (the benchmark's size convention: the largest block
 for allgather, per peer for alltoall, the vector for allreduce and reduce_scatter's input),
@@ -120,7 +120,7 @@ def _describe(collective: str, entry: dict[str, Any], rule: dict[str, Any]) -> s
         text += f" on {entry['form']} calls"
     if "faster" in rule:
         text += f" ({rule['faster']:.2f}x as fast as native where its lead was least, " \
-                f"{rule['worst']:.2f}x in its slowest sweep there)"
+                f"{rule['worst']:.2f}x in its least favourable sweep)"
     return text
 
 
@@ -249,23 +249,29 @@ def lookup(table: dict[str, Any], collective: str, p: int, nbytes: int,
 
 def rules_from_timings(timings: dict[int, dict[str, list[float]]], keep: float = 0.05
                        ) -> list[dict[str, Any]]:
-    """Rules from ``{size: {algorithm: [time of each sweep]}}``.  Where native was timed it is
-    the default, and an algorithm takes a size from it only if it wins whatever the noise: its
-    median at least ``keep`` (5%) below native's and its slowest sweep no slower than native's
-    median (its rule then says by how much: ``faster``, ``worst``, the least over the sizes it
-    covers).  Of those that may, the fastest median, except that the previous size's choice is
-    kept while it may and is within ``keep`` of the fastest (so noise does not fragment the
-    table); runs of equal choices merged; a rule covers up to the last size it won (the last
-    rule: any size).  Without native (simulated times), every algorithm may."""
+    """Rules from ``{size: {algorithm: [time of each sweep]}}`` (the sweeps in the same order
+    for every algorithm).  Where native was timed it is the default, and an algorithm takes a
+    size from it only if it wins whatever the noise: its median at least ``keep`` (5%) below
+    native's, and in every sweep no slower than native in that sweep (a sweep the machine
+    slowed slows every algorithm timed in it, so each sweep is compared with itself); its rule
+    then says by how much: ``faster``, the ratio of the medians, and ``worst``, the least
+    ratio of a sweep, each the least over the sizes it covers.  Of those that may, the fastest
+    median, except that the previous size's choice is kept while it may and is within ``keep``
+    of the fastest (so noise does not fragment the table); runs of equal choices merged; a
+    rule covers up to the last size it won (the last rule: any size).  Without native
+    (simulated times), every algorithm may."""
     rules: list[dict[str, Any]] = []
     for size in sorted(timings):
         times = {name: statistics.median(sweeps) for name, sweeps in timings[size].items()}
         native = times.get(registry.NATIVE)
-        evidence = {} if native is None else {
-            name: (native / times[name], native / max(sweeps))
-            for name, sweeps in timings[size].items()
-            if name != registry.NATIVE and times[name] * (1 + keep) <= native
-            and max(sweeps) <= native}
+        evidence: dict[str, tuple[float, float]] = {}     # name: (faster, worst)
+        for name, sweeps in timings[size].items():
+            if native is None or name == registry.NATIVE or times[name] * (1 + keep) > native:
+                continue
+            ratios = [theirs / mine for theirs, mine in
+                      zip(timings[size][registry.NATIVE], sweeps, strict=True)]
+            if min(ratios) >= 1:
+                evidence[name] = (native / times[name], min(ratios))
         allowed = times if native is None else \
             {name: times[name] for name in (registry.NATIVE, *evidence)}
         winner = min(allowed, key=allowed.get)

@@ -38,9 +38,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--dtype", default="float32", type=arguments.dtype)
     parser.add_argument("--repeat", type=int, default=3,
                         help="sweeps per collective; each time is the median over them, and "
-                             "an algorithm replaces native at a size only if its slowest sweep "
-                             "is no slower than native's median (default 3: shared machines "
-                             "are noisy)")
+                             "an algorithm replaces native at a size only if it is no slower "
+                             "than native in any sweep (default 3: shared machines are "
+                             "noisy)")
     parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
                         help="decision table to write; merged into if it exists (other rank "
                              "counts kept), default hpccoll-tuning.json")
