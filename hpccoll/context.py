@@ -8,12 +8,12 @@ when a call fails after it may have sent a message -- a deadline passed
 **revoked**: the error is raised once, and every later hpccoll call on the communicator
 raises :class:`~hpccoll.CommunicatorRevoked` naming it, before sending anything.  The
 revoking rank also sends every other rank a notice (a small message on a private
-communicator of its own, so that probing for one, as every call does when it completes, never
-searches the collectives' messages: a rank that runs ahead leaves its peers a queue of
-unexpected messages, which Open MPI's probe walks whole): a rank waiting in a collective, or
-finishing one, on the same communicator finds it and
-raises CommunicatorRevoked naming the first rank's failure, instead of timing out later or
-returning data that the failed call may have mixed up.  :func:`recover` (every rank) drops
+communicator of its own, where every rank keeps a receive for it posted -- a persistent one,
+started once -- so that looking for a notice never searches the collectives' messages, and the
+compiled executors test that receive in the same ``MPI_Testsome`` as a run's last messages,
+at no cost to a clean run): a rank waiting in a collective, or finishing one, on the same
+communicator finds it and raises CommunicatorRevoked naming the first rank's failure, instead
+of timing out later or returning data that the failed call may have mixed up.  :func:`recover` (every rank) drops
 the revoked state and makes a fresh one on a new private communicator, where no message of
 the failed call can match.  The MPI library's own ``MPI_Comm_revoke`` is not needed for this
 (MPICH's wheel does not implement it).
@@ -77,6 +77,15 @@ class Context:
         self.slots = (tag_ub + 1) // self.tag_span - 1      # the last slot: notices
         self.notice_tag = tag_ub
         self.slot = 0
+        # the receive of a revocation notice, posted for the context's life; noticed[0] is 1
+        # once it has completed (set by whichever test found it: Python's or compiled code's,
+        # which reads and writes it at its address), notice_from its sender where known
+        self.notice_text = bytearray(NOTICE_BYTES)
+        self.listening = notices.Recv_init([self.notice_text, MPI.BYTE], MPI.ANY_SOURCE,
+                                           self.notice_tag)
+        self.listening.Start()
+        self.noticed = np.zeros(1, np.int64)
+        self.notice_from = MPI.ANY_SOURCE
 
     def next_slot(self) -> int:
         """The first tag of the slot of ``tag_span`` tags for a non-blocking or persistent
@@ -99,21 +108,31 @@ class Context:
 
     def interrupted(self) -> bool:
         """Whether another rank's revocation notice has arrived."""
-        return self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag)
+        if not self.noticed[0]:
+            status = MPI.Status()
+            if not self.listening.Test(status):
+                return False
+            self.noticed[0], self.notice_from = 1, status.Get_source()
+        return True
 
     def check_notices(self) -> None:
         """CommunicatorRevoked (and this context revoked) if another rank's notice arrived:
         checked as each call completes, so that a call matched with messages of one that
         failed elsewhere does not return as if it had succeeded."""
-        if self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+        if self.interrupted():
             raise self.notice()
 
     def notice(self, source: int = MPI.ANY_SOURCE) -> CommunicatorRevoked:
-        """Receive a pending revocation notice (from ``source``) and revoke with its text."""
-        status = MPI.Status()
-        self.notices.Probe(source, self.notice_tag, status)
-        text = bytearray(NOTICE_BYTES)
-        self.notices.Recv([text, MPI.BYTE], status.Get_source(), self.notice_tag)
+        """Revoke with the text of a revocation notice (waiting for one if none came yet):
+        the first that came, or from ``source``, received apart if the first was another's."""
+        if source == MPI.ANY_SOURCE or source == self.notice_from:
+            if not self.noticed[0]:
+                self.listening.Wait()
+                self.noticed[0] = 1
+            text = self.notice_text
+        else:
+            text = bytearray(NOTICE_BYTES)
+            self.notices.Recv([text, MPI.BYTE], source, self.notice_tag)
         return self._revoke(CommunicatorRevoked(text.rstrip(b"\0").decode(errors="replace")))
 
     def _revoke(self, error: CommunicatorRevoked) -> CommunicatorRevoked:
@@ -136,8 +155,7 @@ class Context:
         error = mpi_failure(error)
         if self.revoked is not None:
             return error
-        if not isinstance(error, CollectiveTimeout) and \
-                self.notices.Iprobe(MPI.ANY_SOURCE, self.notice_tag):
+        if not isinstance(error, CollectiveTimeout) and self.interrupted():
             return self.notice()
         me = self.comm.Get_rank()
         cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -158,6 +176,8 @@ class Context:
         peers = getattr(error, "peers", ())
         until = time.monotonic() + min(BLAME_GRACE, (settings.current.timeout or 0) / 4)
         while peers:
+            if self.interrupted() and self.notice_from in peers:
+                return self.notice()
             for peer in peers:
                 if self.notices.Iprobe(peer, self.notice_tag):
                     return self.notice(peer)
@@ -231,6 +251,9 @@ class Context:
         self.spares.clear()
         if self.window is not None:
             self.window.free()
+        if not self.noticed[0]:
+            self.listening.Cancel()
+        abandoned.hold("the receive of revocation notices", [self.listening], self.notice_text)
         for comm in (self.comm, self.notices):
             if self.revoked is None:
                 comm.Free()

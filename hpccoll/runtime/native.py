@@ -9,9 +9,10 @@ runs the same algorithms), or starts a persistent one (``MPI_Start``: a persiste
 ``MPI_<Collective>_init``, :meth:`NativeCall.persistent`),
 through function pointers to the symbols of the library mpi4py loaded, with the handles
 mpi4py holds (C ints in MPICH, pointers in Open MPI: :func:`available` says whether the
-library is one it recognises), and polls ``MPI_Test`` a number of times -- as many idle polls
-as the runtime's wait spins before it yields the core (:mod:`.progress`).  Completed, it
-probes for a revocation notice as :meth:`~hpccoll.context.Context.check_notices` does.  Not
+library is one it recognises), and polls it a number of times -- as many idle polls as the
+runtime's wait spins before it yields the core (:mod:`.progress`) -- with ``MPI_Testsome`` on
+its request and the context's receive of revocation notices together, so that it finds a
+notice as :meth:`~hpccoll.context.Context.check_notices` would, in the same call.  Not
 complete by then, :class:`NativeCall` is the call in flight: its ``wait()`` waits exactly as
 every other wait of hpccoll does (:func:`~.progress.wait_requests`: the deadline counted from
 the call's start, revocation notices, the memory left to :mod:`.abandoned` on failure), so
@@ -57,14 +58,17 @@ POSTED = {libmpi.FUNCTIONS[i]: i for i in (
     libmpi.IALLREDUCE, libmpi.IALLGATHER, libmpi.IALLGATHERV, libmpi.IALLTOALL,
     libmpi.IALLTOALLV, libmpi.IREDUCE_SCATTER, libmpi.IBCAST, libmpi.IREDUCE)}
 LARGEST_COUNT = 2**31 - 1       # counts pass as C ints (larger calls go through mpi4py)
-# the state array: constants, then scratch; the status gets room for any MPI_Status
-(REQUEST, FLAG, STARTED, ERROR, KIND, COUNT, VECTORS, ROW, SEND_N, RECV_N, NOTICE_TAG,
- ANY_SOURCE, IN_PLACE, ROOT, FUNCTION) = range(15)
+# the state array: constants, then scratch (MPI_Testsome's outcount, its two indices, room
+# for two of any MPI_Status); NOTICED: the address of the guard's ``noticed`` flag
+(OUTCOUNT, INDICES, STARTED, ERROR, KIND, COUNT, VECTORS, ROW, SEND_N, RECV_N, NOTICED,
+ UNDEFINED, IN_PLACE, ROOT, FUNCTION) = range(15)
 # the rows of the vectors array (C ints, one per rank): what the vector forms take
 SEND_COUNTS, SEND_DISPLS, RECV_COUNTS, RECV_DISPLS = range(4)
 STATUS = FUNCTION + len(libmpi.FUNCTIONS)
-STATE_WORDS = STATUS + libmpi.STATUS_WORDS
-DATATYPE, OP, COMM, NOTICES = range(4)      # the handles array
+STATE_WORDS = STATUS + 2 * libmpi.STATUS_WORDS
+# the handles array: the call's, then its request and the guard's receive of revocation
+# notices side by side (one MPI_Testsome polls both)
+DATATYPE, OP, COMM, CALL, LISTENING = range(5)
 
 
 def posted(method: str) -> int | None:
@@ -122,8 +126,8 @@ class NativeCall:
     def __init__(self, call: Call, label: str, comm: MPI.Comm, guard: Any,
                  send_n: int | None, recv_n: int | None, dtype: np.dtype, op: MPI.Op | None):
         """``send_n`` None: in place (or no send buffer: bcast); ``recv_n`` None: the
-        receive buffer is not used (a reduce's non-root ranks); ``guard``'s revocation
-        notices are probed for on its ``notices`` communicator."""
+        receive buffer is not used (a reduce's non-root ranks); ``guard``'s receive of
+        revocation notices is polled with the call's request."""
         kind = posted(spec(call.collective).native_method(call))
         state = _state(kind, guard)
         state[ROOT] = call.root
@@ -144,8 +148,8 @@ class NativeCall:
         self = cls.__new__(cls)
         state = _state(libmpi.START, guard)
         state[SEND_N] = state[RECV_N] = -1
-        state[REQUEST:REQUEST + 1].view(libmpi.handle_dtype())[0] = libmpi.handle(request)
         self._ready(label, guard, state, (None, None, None), None)
+        self.handles[CALL] = libmpi.handle(request)
         self.prequest = request
         return self
 
@@ -155,7 +159,7 @@ class NativeCall:
         None: not used) for buffers of ``dtype``."""
         self.label, self.guard, self.state = label, guard, state
         self.handles = np.array([0 if x is None else libmpi.handle(x)
-                                 for x in (*handles, guard.notices)],
+                                 for x in (*handles, MPI.REQUEST_NULL, guard.listening)],
                                 libmpi.handle_dtype())
         self.polls = progress.idle_polls()
         self.dtype = dtype
@@ -168,7 +172,7 @@ class NativeCall:
         """The same call with a state of its own (for a non-blocking start while this one
         may be in flight)."""
         twin = copy.copy(self)
-        twin.state = self.state.copy()
+        twin.state, twin.handles = self.state.copy(), self.handles.copy()
         twin.bound = twin._bind()
         return twin
 
@@ -282,17 +286,16 @@ class NativeCall:
     def _request(self) -> int:
         """The handle of the request the compiled function left in flight, as mpi4py
         takes it."""
-        width = MPI._sizeof(MPI.Request)
-        value = int(self.state[REQUEST:REQUEST + 1].view(f"<i{width}")[0])
-        return value & (1 << 64) - 1
+        return int(self.handles[CALL]) & (1 << 8 * self.handles.itemsize) - 1
 
 
 def _state(kind: int, guard: Any) -> np.ndarray:
     """A new state array of a call of ``kind`` (the index of the C function it runs) that
-    probes for ``guard``'s revocation notices."""
+    notes on ``guard``'s ``noticed`` flag a revocation notice its polls find."""
     state = np.zeros(STATE_WORDS, np.int64)
     state[FUNCTION:STATUS] = libmpi.addresses()
-    state[KIND], state[NOTICE_TAG], state[ANY_SOURCE] = kind, guard.notice_tag, MPI.ANY_SOURCE
+    state[KIND], state[NOTICED], state[UNDEFINED] = kind, guard.noticed.ctypes.data, \
+        MPI.UNDEFINED
     return state
 
 
@@ -356,19 +359,25 @@ def _compiled() -> Any:
 
 def _test(state, handles, polls):
     base = np.int64(state.ctypes.data)
-    request, flag, status = base + 8 * REQUEST, base + 8 * FLAG, base + 8 * STATUS
+    pair = np.int64(handles.ctypes.data) + CALL * handles.itemsize
+    outcount, indices, statuses = base + 8 * OUTCOUNT, base + 8 * INDICES, base + 8 * STATUS
     function = state[FUNCTION:]
-    source, tag = np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG])
+    noticed = carray_at(state[NOTICED], 1, state)
     for _ in range(polls):
-        state[FLAG] = 0
-        error = c_int(function[libmpi.TEST], (request, flag, status))
+        error = c_int(function[libmpi.TESTSOME], (np.int32(2), pair, outcount, indices,
+                                                  statuses))
         if error:
             state[ERROR] = error
             return FAILED
-        if state[FLAG]:
-            state[FLAG] = 0
-            c_int(function[libmpi.IPROBE], (source, tag, handles[NOTICES], flag, status))
-            return NOTICE if state[FLAG] else DONE
+        found = state[OUTCOUNT:OUTCOUNT + 1].view(np.int32)[0]
+        done = found == state[UNDEFINED]
+        for j in range(max(found, 0)):
+            if state[INDICES:INDICES + 1].view(np.int32)[j] == 0:
+                done = True
+            else:
+                noticed[0] = 1
+        if done:
+            return NOTICE if noticed[0] else DONE
     return PENDING
 
 
@@ -389,7 +398,7 @@ def _start(send, recv, state, handles, polls):
 
 
 def _post(send_at, recv_at, state, handles, polls):
-    request = np.int64(state.ctypes.data) + 8 * REQUEST
+    request = np.int64(handles.ctypes.data) + CALL * handles.itemsize
     function = state[FUNCTION:]
     state[STARTED] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
     kind, count = state[KIND], np.int32(state[COUNT])

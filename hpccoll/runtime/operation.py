@@ -141,6 +141,9 @@ class Operation:
             _stall(steps[self.position:], stall)
         while self.position < len(steps):
             step = steps[self.position]
+            # the deadline counts from before the posts: a peer's next step, which needs them,
+            # starts later, so its deadline never passes before this one's
+            posted = time.monotonic()
             if step.sync:
                 window = self.binding.window
                 window.segment.win.Sync()
@@ -154,7 +157,7 @@ class Operation:
                 run_ops(step.local, self.reduce)
             if self.requests:
                 if self.limit is not None:
-                    self.deadline = time.monotonic() + self.limit
+                    self.deadline = posted + self.limit
                 self.tested = None
                 return
             self.position += 1
@@ -295,7 +298,7 @@ class Operation:
 
     def _finish(self, notices: bool = True) -> None:
         """Done: the binding free again, ``on_done``; then (``notices``: unless the compiled
-        function just probed) CommunicatorRevoked if another rank's notice came meanwhile."""
+        function just polled the notice receive) CommunicatorRevoked if another rank's notice came meanwhile."""
         self.done = True
         binding = self.binding
         binding.busy = False

@@ -22,6 +22,7 @@ import time
 from functools import partial
 from typing import Callable, Protocol
 
+import numpy as np
 from mpi4py import MPI
 
 from .. import settings
@@ -54,8 +55,8 @@ class CommunicatorRevoked(CollectiveError):
 class Guard(Protocol):
     """What watches a communicator's waits (:class:`hpccoll.context.Context`)."""
 
-    notices: MPI.Comm       # where revocation notices travel (compiled code probes there)
-    notice_tag: int         # their tag
+    listening: MPI.Prequest     # the receive of a revocation notice (active until one came)
+    noticed: np.ndarray         # [0]: 1 once it completed (compiled code sets it where it did)
     tag_span: int           # how many tags an operation's steps rotate through
 
     def interrupted(self) -> bool:

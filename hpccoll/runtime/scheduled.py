@@ -9,8 +9,9 @@ Numba-compiled function (:func:`_compiled`) that runs them: it packs, posts the 
 messages with ``MPI_Irecv``/``MPI_Isend`` (through the library's function pointers,
 :mod:`.libmpi`), tagged as :func:`.executor.step_tag` says for the run's first tag, does the
 step's local work, polls ``MPI_Testsome`` and does each arrival's work as it lands, then the
-next step, all without returning to Python; at the end it probes for a revocation notice as
-the other executor's operations do.
+next step, all without returning to Python; the last step's ``MPI_Testsome`` also tests the
+context's receive of revocation notices, so a run finds a notice as the other executor's
+operations do, in the same call.
 
 Deadlines and failures stay with :class:`~.operation.Operation`: the function polls a number
 of times (as many idle polls as every wait spins before it yields the core, :mod:`.progress`)
@@ -54,10 +55,11 @@ if TYPE_CHECKING:
 
 # the state array's header: where the run is, then the call's constants, the tables' places,
 # the addresses of the op's reductions (:func:`_reducer`) and of the library's functions
+# (NOTICED: the address of the guard's ``noticed`` flag; LISTENING: the index among the
+# requests of the guard's receive of revocation notices, after the last step's messages)
 (POSITION, POSTED, REMAINING, ERROR, STEP_TIME, STEPS, SEND_AT, SEND_N, RECV_AT, RECV_N,
- IN_PLACE, NOTICE_TAG, TAG_SPAN, ANY_SOURCE, UNDEFINED, OUTCOUNT, FLAG, STEP_TABLE,
- MESSAGE_TABLE, ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCE_PAIR, REDUCE_ROWS,
- FUNCTION) = range(26)
+ IN_PLACE, NOTICED, LISTENING, TAG_SPAN, UNDEFINED, OUTCOUNT, STEP_TABLE, MESSAGE_TABLE,
+ ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCE_PAIR, REDUCE_ROWS, FUNCTION) = range(25)
 HEADER = FUNCTION + len(libmpi.FUNCTIONS)
 # a step's row: its index in the program (for its tag), its messages (first, count) among
 # the requests, its packing and local work
@@ -67,8 +69,8 @@ STEP_WORDS = 7
 # count, peer
 POST, ADDRESS, ELEMENTS, PEER = range(4)
 MESSAGE_WORDS = 4
-COMM, DATATYPE, NOTICES = range(3)  # the handles array, then the requests'
-REQUESTS = NOTICES + 1
+COMM, DATATYPE = range(2)   # the handles array, then the requests' (the notice receive last)
+REQUESTS = DATATYPE + 1
 LARGEST_COUNT = 2**31 - 1           # elements in a message
 # a record of work: what, where to, from where (a, b), how many elements (bytes to copy), rows
 KIND, DST, A, B, COUNT, ROWS = range(6)
@@ -148,8 +150,9 @@ class Runner:
         places = {}
         for name, words in (("steps", len(tables["steps"]) * STEP_WORDS),
                             ("messages", messages * MESSAGE_WORDS), ("arrivals", 2 * messages),
-                            ("ops", len(tables["ops"]) * OP_WORDS), ("indices", most // 2 + 1),
-                            ("statuses", most * libmpi.STATUS_WORDS)):
+                            ("ops", len(tables["ops"]) * OP_WORDS),
+                            ("indices", (most + 1) // 2 + 1),
+                            ("statuses", (most + 1) * libmpi.STATUS_WORDS)):
             places[name], at = at, at + words
         state = self.state = np.zeros(at, np.int64)
         state[STEPS], state[STEP_TABLE], state[MESSAGE_TABLE], state[ARRIVAL_TABLE] = \
@@ -158,16 +161,15 @@ class Runner:
             places["ops"], places["indices"], places["statuses"]
         state[SEND_AT], state[SEND_N] = self.send.ctypes.data, self.send.size
         state[RECV_AT], state[RECV_N], state[IN_PLACE] = recv.ctypes.data, recv.size, in_place
-        state[NOTICE_TAG], state[TAG_SPAN], state[ANY_SOURCE], state[UNDEFINED] = \
-            guard.notice_tag, guard.tag_span, MPI.ANY_SOURCE, MPI.UNDEFINED
+        state[NOTICED], state[LISTENING], state[TAG_SPAN], state[UNDEFINED] = \
+            guard.noticed.ctypes.data, messages, guard.tag_span, MPI.UNDEFINED
         state[FUNCTION:HEADER] = libmpi.addresses()
         for name in ("steps", "messages", "arrivals", "ops"):
             rows = np.asarray(tables[name], np.int64).reshape(-1)
             state[places[name]:places[name] + rows.size] = rows
         self.handles = np.array([libmpi.handle(comm), libmpi.handle(binding.mpi_type),
-                                 libmpi.handle(guard.notices),
-                                 *[libmpi.handle(MPI.REQUEST_NULL)] * messages],
-                                libmpi.handle_dtype())
+                                 *[libmpi.handle(MPI.REQUEST_NULL)] * messages,
+                                 libmpi.handle(guard.listening)], libmpi.handle_dtype())
         self.polls = progress.idle_polls()
         if reduce is not None:          # (compiled for the kinds of reduction it has)
             for kind in {row[KIND] for row in tables["ops"]} - {COPY}:
@@ -412,10 +414,11 @@ def _run(state, handles, polls, tag):
     comm, datatype = handles[COMM], handles[DATATYPE]
     requests_at = np.int64(handles.ctypes.data) + REQUESTS * handles.itemsize
     base = np.int64(state.ctypes.data)
-    outcount, flag = base + 8 * OUTCOUNT, base + 8 * FLAG
+    outcount = base + 8 * OUTCOUNT
     indices_at, statuses = base + 8 * state[INDICES], base + 8 * state[STATUSES]
     undefined = state[UNDEFINED]
     octets = state[:0].view(np.uint8)
+    noticed = carray_at(state[NOTICED], 1, state)
 
     def work(first, end):
         for k in range(first, end):
@@ -436,6 +439,9 @@ def _run(state, handles, polls, tag):
         first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
         if state[POSTED] == 0:
             work(state[step + PACK_FIRST], state[step + PACK_END])
+            # the deadline counts from before the first post: a peer can start its next step
+            # only after this post, so its deadline never passes before this one's
+            state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
             span = state[TAG_SPAN]
             step_tag = np.int32(tag - tag % span + (tag + state[step + INDEX]) % span)
             for k in range(first, first + n):
@@ -449,16 +455,17 @@ def _run(state, handles, polls, tag):
                     return FAILED
             work(state[step + LOCAL_FIRST], state[step + LOCAL_END])
             state[POSTED], state[REMAINING] = 1, n
-            state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
             if n and polls == 0:
                 return PENDING
         polled = 0
+        # the last step's polls test the notice receive too (it follows its messages)
+        polled_n = n + np.int32(state[POSITION] + 1 == state[STEPS])
         while state[REMAINING] > 0:
             if polled == polls:
                 return PENDING
             polled += 1
             state[OUTCOUNT] = 0
-            error = c_int(function[libmpi.TESTSOME], (n, requests_at + first *
+            error = c_int(function[libmpi.TESTSOME], (polled_n, requests_at + first *
                                                       handles.itemsize, outcount,
                                                       indices_at, statuses))
             if error:
@@ -470,14 +477,25 @@ def _run(state, handles, polls, tag):
             indices = state[state[INDICES]:].view(np.int32)
             for j in range(done):
                 request = first + indices[j]
+                if request == state[LISTENING]:
+                    noticed[0] = 1
+                    continue
                 arrival = state[ARRIVAL_TABLE] + 2 * request
                 work(state[arrival], state[arrival + 1])
-            state[REMAINING] -= done
+                state[REMAINING] -= 1
         state[POSITION] += 1
         state[POSTED] = 0
     state[POSITION] = 0
-    state[FLAG] = 0
-    c_int(function[libmpi.IPROBE], (np.int32(state[ANY_SOURCE]), np.int32(state[NOTICE_TAG]),
-                                     handles[NOTICES], flag, statuses))
-    return NOTICE if state[FLAG] else DONE
+    last = state[STEP_TABLE] + (state[STEPS] - 1) * STEP_WORDS
+    if noticed[0] == 0 and (state[STEPS] == 0 or state[last + REQ_N] == 0):
+        # the last step sent nothing, so nothing polled the notice receive: once now
+        error = c_int(function[libmpi.TESTSOME], (np.int32(1), requests_at + state[LISTENING] *
+                                                  handles.itemsize, outcount, indices_at,
+                                                  statuses))
+        if error:
+            state[ERROR] = error
+            return FAILED
+        if state[OUTCOUNT:OUTCOUNT + 1].view(np.int32)[0] == 1:
+            noticed[0] = 1
+    return NOTICE if noticed[0] else DONE
 
