@@ -13,10 +13,10 @@ started once -- so that looking for a notice never searches the collectives' mes
 compiled executors test that receive in the same ``MPI_Testsome`` as a run's last messages,
 at no cost to a clean run): a rank waiting in a collective, or finishing one, on the same
 communicator finds it and raises CommunicatorRevoked naming the first rank's failure, instead
-of timing out later or returning data that the failed call may have mixed up.  :func:`recover` (every rank) drops
-the revoked state and makes a fresh one on a new private communicator, where no message of
-the failed call can match.  The MPI library's own ``MPI_Comm_revoke`` is not needed for this
-(MPICH's wheel does not implement it).
+of timing out later or returning data that the failed call may have mixed up.
+:func:`recover` (every rank) drops the revoked state and makes a fresh one on a new private
+communicator, where no message of the failed call can match.  The MPI library's own
+``MPI_Comm_revoke`` is not needed for this (MPICH's wheel does not implement it).
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ from C (:class:`Started`).
 A persistent request on the compiled native executor is started and completed from C too:
 :class:`Started`, the base of :class:`hpccoll.Request`, armed with the executor's run,
 starts it (``MPI_Start`` in the compiled code) and completes it (``MPI_Testsome`` of its
-request and the notice receive) with no Python frame while the run is clean; a run that is not (still in flight after
-its polls, a notice, an error) is finished by the executor's Python code as every run.
+request and the notice receive) with no Python frame while the run is clean; a run that is
+not (still in flight after its polls, a notice, an error) is finished by the executor's
+Python code as every run.
 
 ``_entry.c`` is built at install (setup.py) when a C compiler is there; without one, the
 :class:`StandIn` takes the entry's place and serves no call, the executors call their

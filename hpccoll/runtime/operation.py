@@ -298,7 +298,8 @@ class Operation:
 
     def _finish(self, notices: bool = True) -> None:
         """Done: the binding free again, ``on_done``; then (``notices``: unless the compiled
-        function just polled the notice receive) CommunicatorRevoked if another rank's notice came meanwhile."""
+        function just polled the notice receive) CommunicatorRevoked if another rank's notice
+        came meanwhile."""
         self.done = True
         binding = self.binding
         binding.busy = False

@@ -16,10 +16,10 @@ operations do, in the same call.
 Deadlines and failures stay with :class:`~.operation.Operation`: the function polls a number
 of times (as many idle polls as every wait spins before it yields the core, :mod:`.progress`)
 and returns :data:`PENDING`; the operation then yields the core between further calls of
-one poll each, checks the step's deadline (counted from the step's post, as on the other
-executor) and another rank's revocation notices, and on any failure abandons the binding as
-it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a failure are
-unchanged (:meth:`Runner.in_flight` gives the operation the step's open requests).  The
+one poll each, checks the step's deadline (counted from just before the step's posts, as on
+the other executor) and another rank's revocation notices, and on any failure abandons the
+binding as it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a
+failure are unchanged (:meth:`Runner.in_flight` gives the operation the step's open requests).  The
 runner's :class:`~.entry.Bound` (C) checks the buffers it is given against the bound ones
 (dtype, addresses, sizes, layout, writability) and calls the function by address
 (:func:`functions`), with no Numba dispatch: a repeat on other arrays is :data:`MISMATCH`,

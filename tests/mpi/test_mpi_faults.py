@@ -362,10 +362,11 @@ def _mpi_error_on_the_last_rank(hpccoll, comm, x, y):
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
 def test_revocation_notices_travel_apart_from_the_collectives(mpi_ranks, comm):
-    """A call probes for a revocation notice as it completes; the notices travel on a
-    private communicator of their own, so that the probe never searches the messages a rank
-    running ahead left on the collectives' one (Open MPI searches them one by one: a loop of
-    8 B broadcasts slowed with its length, perf/interleave_check.py).  Here a rank leaves
+    """A call looks for a revocation notice as it completes (a test of the receive posted
+    for one); the notices travel on a private communicator of their own, so that looking
+    never searches the messages a rank running ahead left on the collectives' one (Open MPI
+    searched them one by one for a probe: a loop of 8 B broadcasts slowed with its length,
+    perf/interleave_check.py).  Here a rank leaves
     3,000 unexpected messages, some on the notices' tag, on the collectives' communicator:
     none is taken for a notice by any check (Python's, the compiled executors' after a
     repeat), and a real failure still reaches every rank as CommunicatorRevoked."""
@@ -404,6 +405,55 @@ def test_revocation_notices_travel_apart_from_the_collectives(mpi_ranks, comm):
     hpccoll.allreduce(dup, x, y, algorithm="ring")
     assert np.array_equal(y, x * p)
     dup.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_a_repeat_that_completes_raises_the_notice_that_came_before(mpi_ranks, comm):
+    """The compiled executors poll the receive of revocation notices in the same
+    MPI_Testsome as a run's last requests: a repeated bcast whose message came before a
+    notice completes in its first poll and raises the notice (its result right: the run
+    completed), scheduled (binomial); native too (there the message may come later); the
+    root, which sent the notice and was not revoked, completes.  Nothing in Python looked
+    for the notice first."""
+    import hpccoll
+    from hpccoll.context import NOTICE_BYTES, context
+    from mpi4py import MPI
+    r = comm.rank
+    for algorithm in ("binomial", "native"):
+        dup = comm.Dup()
+        ctx = context(dup)
+        buf = np.full(8, 1.0 + (r == 1))       # (eager: the root's send completes alone)
+        for _ in range(2):                      # (the second: the compiled executor)
+            hpccoll.bcast(dup, buf, root=1, algorithm=algorithm)
+        dup.Barrier()
+        text = f"rank 1 says stop ({algorithm})"
+        if r == 1:
+            buf[:] = 3.0
+            if algorithm == "native":   # (MPICH's Ibcast completes on the root only with
+                sent = hpccoll.ibcast(dup, buf, root=1, algorithm=algorithm)  # the receiver)
+            else:                       # (blocking as the receiver's: hpccoll's tags differ
+                hpccoll.bcast(dup, buf, root=1, algorithm=algorithm)   # by form; eager: done)
+            ctx.notices.Send([bytearray(text.encode().ljust(NOTICE_BYTES, b"\0")), MPI.BYTE],
+                             0, ctx.notice_tag)
+            ctx.notices.Send([bytearray(1), MPI.BYTE], 0, 0)        # after the notice
+            if algorithm == "native":
+                sent.wait()
+            assert not ctx.noticed[0] and ctx.revoked is None
+        else:
+            ctx.notices.Recv([bytearray(1), MPI.BYTE], 1, 0)        # the notice came first
+            assert not ctx.noticed[0]
+            with pytest.raises(hpccoll.CommunicatorRevoked, match=re.escape(text)):
+                hpccoll.bcast(dup, buf, root=1, algorithm=algorithm)
+            assert ctx.noticed[0] == 1
+            if algorithm != "native":       # (the library's progress may need more polls)
+                assert (buf == 3.0).all()
+            with pytest.raises(hpccoll.CommunicatorRevoked, match=re.escape(text)):
+                hpccoll.bcast(dup, buf, root=1, algorithm=algorithm)
+        hpccoll.recover(dup)
+        buf[:] = 1.0 + (r == 1)
+        hpccoll.bcast(dup, buf, root=1, algorithm=algorithm)
+        assert (buf == 2.0).all()
+        dup.Free()
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)
