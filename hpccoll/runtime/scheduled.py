@@ -439,8 +439,7 @@ def _run(state, handles, polls, tag):
         first, n = state[step + REQ_FIRST], np.int32(state[step + REQ_N])
         if state[POSTED] == 0:
             work(state[step + PACK_FIRST], state[step + PACK_END])
-            # the deadline counts from before the first post: a peer can start its next step
-            # only after this post, so its deadline never passes before this one's
+            # timed before the posts: a peer's next step waits for them, so its deadline is later
             state[STEP_TIME] = np.int64(c_double(function[libmpi.WTIME]) * 1e9)
             span = state[TAG_SPAN]
             step_tag = np.int32(tag - tag % span + (tag + state[step + INDEX]) % span)
