@@ -66,7 +66,7 @@ def measure(comm: MPI.Intracomm, q: np.ndarray, k: np.ndarray, v: np.ndarray, la
     def run(stream: bool):
         return lambda: attention(q, k, v, comm, layout=layout, causal=causal, stream=stream)
 
-    times = {name: time_runs(comm, body, iterations, 1, min_time=min_time).median_us
+    times = {name: time_runs(comm, [body], iterations, 1, min_time=min_time)[0].median_us
              for name, body in (("comm", communicate), ("compute", compute),
                                 ("blocking", run(False)), ("stream", run(True)))}
     hideable = min(times["comm"], times["compute"])

@@ -41,7 +41,8 @@ def main() -> None:
 
     def timed(run, before=lambda: None) -> float:
         """Median of the slowest rank's time of ``run``; ``before`` (untimed) precedes each."""
-        return time_runs(comm, run, args.iterations, 3, before, args.min_time).median_us
+        timing, = time_runs(comm, [run], args.iterations, 3, before, args.min_time)
+        return timing.median_us
 
     p, rank = comm.size, comm.rank
     rows = []

@@ -38,7 +38,7 @@ from ..schedule import RECV
 from .bench_command import API_NATIVE, selected_algorithms, skipped_by_all
 from .launcher import note_if_alone
 from .results import Result, busbw_summary, human_size, plot, size_range, write_json
-from .timing import COLD_FACTOR, Rotation, Timing, last_level_cache, measure
+from .timing import COLD_FACTOR, Rotation, Timing, last_level_cache, measure_in_turns
 
 
 class Case:
@@ -90,7 +90,6 @@ class Case:
         time)."""
         comm, send, recv = self.comm, self.send, self.recv
         cold = self.cold if rotate else None
-        self._native_arguments: Callable | None = None
         if algorithm == registry.NATIVE:
             name, arguments = self.spec.native_args(
                 self.call, buffers.mpi_datatype(self.dtype),
@@ -268,12 +267,14 @@ class Straggler:
         return late
 
 
-def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: int,
-              before: Callable[[], None] = lambda: None, min_time: float = 0.0) -> Timing:
-    """The slowest rank's per-iteration times of ``run`` over at least ``iterations``
-    iterations and ``min_time`` seconds, after ``warmup`` calls (each timed from a barrier;
-    ``before``, outside the call's time but inside ``min_time``, precedes every call); the
-    count is agreed by all ranks."""
+def time_runs(comm: MPI.Comm, runs: list[Callable[[], None]], iterations: int, warmup: int,
+              before: Callable[[], None] = lambda: None, min_time: float = 0.0,
+              rounds: int = 1) -> list[Timing]:
+    """The slowest rank's per-iteration times of each of ``runs`` over at least
+    ``iterations`` iterations and ``min_time`` seconds, after ``warmup`` calls (each timed
+    from a barrier; ``before``, outside the call's time but inside ``min_time``, precedes
+    every call), the runs taking turns in ``rounds`` rounds
+    (:func:`~hpccoll.tools.timing.measure_in_turns`); the counts are agreed by all ranks."""
     def slowest(times: np.ndarray) -> np.ndarray:
         # padded to p elements: MPICH algorithms forced for allreduce that need a count >= p
         # then apply to this reduction as to the timed calls (perf/peers.sh forces them and
@@ -283,7 +284,8 @@ def time_runs(comm: MPI.Comm, run: Callable[[], None], iterations: int, warmup: 
         out = np.empty_like(padded)
         comm.Allreduce(padded, out, op=MPI.MAX)
         return out[:times.size]
-    return measure(run, iterations, warmup, min_time, comm.Barrier, slowest, before)
+    return measure_in_turns(runs, rounds, iterations, warmup, min_time, comm.Barrier, slowest,
+                            before)
 
 
 def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int],
@@ -291,12 +293,13 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         out: TextIO | None = None, progress: bool = False,
         straggler: Straggler | None = None, min_time: float = 0.0,
         memory: str = "host", skipped: str | None = None, cold: bool = False,
-        form: str = "blocking") -> list[Result]:
+        form: str = "blocking", rounds: int = 1) -> list[Result]:
     """Benchmark ``algorithms`` (native first) on ``collective`` at each size, each cell for
     at least ``iterations`` iterations and ``min_time`` seconds; rank 0 prints the table to
     ``out`` as it goes (and a progress bar on stderr with ``progress``), its header saying
     what was ``skipped``, and last the average bus bandwidth of each algorithm; buffers in
-    ``memory`` ("host", or "cuda": GPU memory); with ``cold`` the timed calls rotate
+    ``memory`` ("host", or "cuda": GPU memory); the algorithms of a size take turns in
+    ``rounds`` rounds (:func:`time_runs`); with ``cold`` the timed calls rotate
     through buffer sets of at least COLD_FACTOR last-level caches per rank; each call (of
     every algorithm, native's too) made in ``form`` (:class:`Case`).  Returns the results
     (on every rank)."""
@@ -318,8 +321,10 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     say(f"# time = median over iterations of the slowest rank; spread = (p90 - p10) / median "
         f"of those times; busbw factor {spec(collective).busbw_factor(p):.3f}; "
         f"vs native = native time / time")
+    turns = f"the algorithms of a size taking turns in {rounds} rounds (each its share of " \
+        f"both, one warm-up call a later round)" if rounds > 1 else "one algorithm after another"
     say(f"# iterations per cell: at least {iterations}, and at least {min_time:g} s of them "
-        f"(barriers included); {warmup} warm-up call(s) first")
+        f"(barriers included); {warmup} warm-up call(s) first; {turns}")
     cold_bytes = 0
     if cold:
         cache, where = last_level_cache()
@@ -339,16 +344,17 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
         case = Case(comm, collective, size, dt, memory, cold_bytes, form)
         if case.count == 0:
             continue
+        wrongs = [case.wrong(case.runner(name, rotate=False)) if check else 0
+                  for name in algorithms]
+        runners = [case.runner(name) for name in algorithms]
+        if straggler is not None:
+            runners = [straggler.wrap(comm, name, run) for name, run in zip(algorithms, runners)]
+        stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
+        timings = _timed_with(stalls, lambda: time_runs(comm, runners, iterations, warmup,
+                                                        case.advance, min_time, rounds))
+        case.free()
         native_time = None
-        for name in algorithms:
-            wrong = case.wrong(case.runner(name, rotate=False)) if check else 0
-            runner = case.runner(name)
-            if straggler is not None:
-                runner = straggler.wrap(comm, name, runner)
-            stalls = straggler if comm.rank == getattr(straggler, "rank", -1) else None
-            timing = _timed_with(stalls, lambda: time_runs(comm, runner, iterations, warmup,
-                                                           case.advance, min_time))
-            case.free()
+        for name, timing, wrong in zip(algorithms, timings, wrongs):
             t = timing.median_us
             if name == registry.NATIVE:
                 native_time = t
@@ -375,7 +381,8 @@ def run(comm: MPI.Comm, collective: str, algorithms: list[str], sizes: list[int]
     return results
 
 
-def _timed_with(straggler: Straggler | None, timed: Callable[[], Timing]) -> Timing:
+def _timed_with(straggler: Straggler | None, timed: Callable[[], list[Timing]]
+                ) -> list[Timing]:
     """``timed()`` with this rank's step pauses switched on (when it is the straggler)."""
     if straggler is None or not straggler.probability:
         return timed()
@@ -438,11 +445,11 @@ def main(args: Any, argv: list[str]) -> int:
                   args.iterations, args.warmup, args.check, sys.stdout, progress, straggler,
                   args.min_time, args.device,
                   skipped_by_all(args.collective, args.algorithms, comm.size), args.cold,
-                  args.form)
+                  args.form, args.rounds)
     if args.json and comm.rank == 0:
         meta = {**metadata(comm, argv), "min_iterations": args.iterations,
-                "min_time": args.min_time, "warmup": args.warmup, "cold": args.cold,
-                "form": args.form,
+                "min_time": args.min_time, "warmup": args.warmup, "rounds": args.rounds,
+                "cold": args.cold, "form": args.form,
                 "oversubscribed": crowded}
         write_json(args.json, meta, results)
     if args.plot and comm.rank == 0:

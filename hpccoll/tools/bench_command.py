@@ -61,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_timing_arguments(parser: argparse.ArgumentParser, iterations: int, min_time: float,
                          warmup: int) -> None:
-    """-i, --min-time and -x (how long a cell is timed), with these defaults, and --form
-    (how each call is made): bench's and tune's."""
+    """-i, --min-time and -x (how long a cell is timed), with these defaults, --rounds (how
+    the algorithms of a size take turns) and --form (how each call is made): bench's and
+    tune's."""
     parser.add_argument("-i", "--iterations", type=arguments.at_least(1), default=iterations,
                         help="the fewest timed iterations per size and algorithm, default "
                              f"{iterations} (more when --min-time asks for them)")
@@ -74,6 +75,12 @@ def add_timing_arguments(parser: argparse.ArgumentParser, iterations: int, min_t
     parser.add_argument("-x", "--warmup", type=arguments.at_least(0), default=warmup,
                         help=f"warm-up calls before the timed ones, default {warmup} (at least "
                              "one with --min-time: it sizes the count)")
+    parser.add_argument("--rounds", type=arguments.at_least(1), default=timing.ROUNDS,
+                        help="the algorithms of a size take turns in this many rounds, each "
+                             "timed for its share of -i and --min-time in every round (after "
+                             "one warm-up call in the later ones), so that a machine whose "
+                             "speed changes while a size is timed slows them alike; 1: one "
+                             f"algorithm after another (default {timing.ROUNDS})")
     parser.add_argument("--form", choices=FORMS, default="blocking",
                         help="how each call is made, for every algorithm and native alike: "
                              "blocking (default), nonblocking (start, then wait: mpi4py's "

@@ -10,6 +10,13 @@ batches fill the rest.  Every decision is made from times already reduced to the
 rank's (``slowest``: an element-wise MAX across ranks), identical on every rank, so all ranks
 run the same number of iterations.  With ``min_time`` 0 the count is exactly ``iterations``.
 
+The algorithms of a size take turns (:func:`measure_in_turns`): in each of ``rounds`` rounds
+every one is timed for its share of the floor and of ``min_time``, the round's first
+algorithm moving on by one each round.  A machine whose speed changes while a size is timed
+(a shared or virtual machine's small calls can switch between two speeds from one second to
+the next) then changes every algorithm's times alike, so the ratios to native measure the
+algorithms, not the moment each was timed.
+
 The spread of a cell is that of its per-iteration times: the 10th and 90th percentiles, the
 minimum and maximum beside the median (and the mean, which rare stalls move and the median
 hides).
@@ -26,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +42,7 @@ import numpy as np
 # ``hpccoll bench``'s defaults: at least 20 timed iterations and 0.2 s of them per cell
 MIN_ITERATIONS = 20
 MIN_TIME = 0.2
+ROUNDS = 5                      # and the algorithms of a size take turns in 5 rounds
 # a per-iteration time below the clock's useful resolution is taken as this (seconds), and
 # no cell runs more than MAX_ITERATIONS iterations, whatever the estimate
 RESOLUTION = 1e-6
@@ -60,14 +68,17 @@ class Timing:
     min_us: float
     max_us: float
     timed_s: float = 0.0
+    seconds: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False,
+                                compare=False)      # the per-iteration times summarised
 
     @classmethod
     def of(cls, seconds: np.ndarray, timed_s: float = 0.0) -> "Timing":
         """The summary of per-iteration times given in seconds (at least one)."""
-        us = np.asarray(seconds, dtype=float) * 1e6
+        seconds = np.asarray(seconds, dtype=float)
+        us = seconds * 1e6
         p10, median, p90 = np.percentile(us, [10, 50, 90])
         return cls(int(us.size), float(median), float(us.mean()), float(p10), float(p90),
-                   float(us.min()), float(us.max()), timed_s)
+                   float(us.min()), float(us.max()), timed_s, seconds)
 
     @property
     def spread(self) -> float:
@@ -128,6 +139,33 @@ def measure(run: Callable[[], None], iterations: int, warmup: int, min_time: flo
         count = min(iteration_count(per_iteration, 1, min_time - spent),
                     MAX_ITERATIONS - total)
     return Timing.of(np.concatenate(calls), spent)
+
+
+def measure_in_turns(runs: list[Callable[[], None]], rounds: int, iterations: int,
+                     warmup: int, min_time: float, barrier: Callable[[], None],
+                     slowest: Callable[[np.ndarray], np.ndarray],
+                     before: Callable[[], None] = lambda: None,
+                     clock: Callable[[], float] = time.perf_counter) -> list[Timing]:
+    """Time each of ``runs`` as :func:`measure` does, taking turns: ``rounds`` rounds, each
+    giving every run its share of the floor ``iterations`` (exactly ``iterations`` in all
+    when ``min_time`` is 0: a round with no share is left out) and ``min_time / rounds``
+    seconds, after ``warmup`` calls in its first round and one in the others (which rewarm
+    what the other runs evicted); round r starts with run r mod len(runs).  The timings
+    in the order of ``runs``."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    times: list[list[np.ndarray]] = [[] for _ in runs]
+    spent = [0.0] * len(runs)
+    for r in range(rounds):
+        share = iterations // rounds + (r < iterations % rounds)
+        if share == 0 and min_time <= 0:
+            continue
+        for i in (np.arange(len(runs)) + r) % len(runs):
+            cell = measure(runs[i], max(share, 1), warmup if r == 0 else min(warmup, 1),
+                           min_time / rounds, barrier, slowest, before, clock)
+            times[i].append(cell.seconds)
+            spent[i] += cell.timed_s
+    return [Timing.of(np.concatenate(t), s) for t, s in zip(times, spent)]
 
 
 def last_level_cache(sysfs: Path = SYSFS_CACHES) -> tuple[int, str]:

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                                 out=sys.stdout if comm.rank == 0 else None,
                                 min_time=args.min_time,
                                 skipped=skipped_by_all(collective, "all", comm.size),
-                                form=args.form)
+                                form=args.form, rounds=args.rounds)
             if any(r.wrong for r in results):
                 if comm.rank == 0:
                     print(f"hpccoll tune: wrong results for {collective}; no table written",

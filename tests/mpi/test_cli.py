@@ -37,6 +37,7 @@ def test_bench_writes_checked_results(collective, tmp_path):
     results = report["results"]
     assert report["meta"]["ranks"] == 3 and "hpccoll bench" in report["meta"]["command"]
     assert (report["meta"]["min_iterations"], report["meta"]["min_time"]) == (5, 0.01)
+    assert report["meta"]["rounds"] == 5        # the algorithms of a size take turns
     assert len(lines) == len(results)
     sizes = sorted({r["bytes"] for r in results})
     assert sizes == [4 << 3 * k for k in range(5)]
@@ -74,8 +75,9 @@ def test_bench_iterations_follow_the_floor_and_the_time_budget(tmp_path):
     assert done.returncode == 0, done.stderr
     assert [r["iterations"] for r in json.loads(out.read_text())["results"]] == [4, 4]
     done = hpccoll("bench", "allreduce", "-a", "ring", "-m", "2K:4K", "-i", "2", "-x", "2",
-                   "--min-time", "0.05", "--json", str(out), ranks=2)
+                   "--min-time", "0.05", "--rounds", "1", "--json", str(out), ranks=2)
     assert done.returncode == 0, done.stderr
+    assert "; one algorithm after another" in done.stdout
     results = json.loads(out.read_text())["results"]
     assert len(results) == 4
     for row in results:

@@ -118,6 +118,64 @@ def test_calls_that_take_no_time_stop_at_the_cap(monkeypatch):
     assert rank.measure(iterations=3, warmup=1, min_time=1.0).iterations == 5000
 
 
+class Machine:
+    """One rank running several algorithms on one fake clock: an algorithm's call takes
+    ``speed(now)`` seconds (the machine's speed, the same for every algorithm), each call
+    noted with the algorithm's index."""
+
+    def __init__(self, speed):
+        self.now, self.speed, self.calls = 0.0, speed, []
+
+    def run(self, i):
+        def call():
+            self.calls.append(i)
+            self.now += self.speed(self.now)
+        return call
+
+    def measure(self, algorithms, rounds, iterations, warmup, min_time):
+        return timing.measure_in_turns([self.run(i) for i in range(algorithms)], rounds,
+                                       iterations, warmup, min_time, lambda: None,
+                                       lambda times: times, clock=lambda: self.now)
+
+
+def test_algorithms_take_turns_each_round_starting_one_further():
+    machine = Machine(lambda now: MS)
+    results = machine.measure(3, rounds=3, iterations=7, warmup=1, min_time=0)
+    assert [r.iterations for r in results] == [7, 7, 7]          # 3 + 2 + 2 each, exactly
+    runs = [machine.calls[0]]
+    for i in machine.calls[1:]:
+        if i != runs[-1]:
+            runs.append(i)
+    assert runs == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    # the warm-up asked for in the first round, one call in the others
+    assert machine.calls.count(0) == 7 + 1 + 1 + 1
+
+
+def test_a_round_with_no_share_of_the_floor_is_left_out_without_a_budget():
+    machine = Machine(lambda now: MS)
+    results = machine.measure(2, rounds=5, iterations=3, warmup=0, min_time=0)
+    assert [r.iterations for r in results] == [3, 3] and len(machine.calls) == 6
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        machine.measure(2, rounds=0, iterations=3, warmup=0, min_time=0)
+
+
+def test_taking_turns_times_every_algorithm_at_both_speeds_of_a_machine_that_changes():
+    """The machine is twice as slow for its first 0.25 s.  Timed one after the other, the
+    first algorithm gets only the slow calls and seems twice as slow as the second, which
+    is the same; taking turns in 8 rounds, both get the same share of each speed (the
+    budget of each round splits them in the same proportion), and their times agree."""
+    def speed(now):
+        return 2 * MS if now < 0.25 else MS
+    first, second = Machine(speed).measure(2, rounds=1, iterations=4, warmup=1,
+                                           min_time=0.25)
+    assert first.median_us == pytest.approx(2 * second.median_us)
+    first, second = Machine(speed).measure(2, rounds=8, iterations=4, warmup=1,
+                                           min_time=0.25)
+    assert first.median_us == pytest.approx(second.median_us)
+    assert first.timed_s == pytest.approx(0.25, rel=0.05)
+    assert second.timed_s == pytest.approx(0.25, rel=0.05)
+
+
 def test_iteration_count():
     assert timing.iteration_count(1e-3, 20, 0.2) == 200
     assert timing.iteration_count(0.5, 20, 0.2) == 20
