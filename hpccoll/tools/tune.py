@@ -41,6 +41,14 @@ def add_parser(subparsers: Any) -> None:
                              "an algorithm replaces native at a size only if it is no slower "
                              "than native in any sweep (default 3: shared machines are "
                              "noisy)")
+    parser.add_argument("--sweeps", metavar="FILE", default=None, type=arguments.output_file,
+                        help="a JSON file of sweeps: the sweeps an earlier run recorded there "
+                             "(the same collective, rank count, library, form, dtype and "
+                             "sizes) count as this run's too, and this run's are added to it; "
+                             "so the "
+                             "sweeps of several launches decide the table where a launch's "
+                             "state changes the times (e.g. where the library's shared memory "
+                             "lands): the last launch writes the table from all of them")
     parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
                         help="decision table to write; merged into if it exists (other rank "
                              "counts kept), default hpccoll-tuning.json")
@@ -65,9 +73,9 @@ def run_simulated(args: argparse.Namespace) -> int:
     from .results import size_range
     if args.platform is None:
         raise ValueError("--simulate needs --platform SPEC (hpccoll simulate --platforms)")
-    if args.form != "blocking":
-        raise ValueError("--simulate replays schedules, not an MPI library's call forms: "
-                         "--form is for timed runs")
+    if args.form != "blocking" or args.sweeps:
+        raise ValueError("--simulate replays schedules, not an MPI library's calls: "
+                         "--form and --sweeps are for timed runs")
     engine.load()                       # SimulatorMissing: one line, exit status 2
     target = build(args.platform)
     table = _existing(args.out)
@@ -88,6 +96,16 @@ def run_simulated(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded(path: str | None) -> dict[str, list]:
+    """The sweeps recorded in ``path`` ({"collective, P ranks, library, form, dtype, sizes":
+    [[bytes, algorithm, [time of each sweep]], ...]}); none without a file or in a new
+    one."""
+    if path is None or not os.path.exists(path) or os.path.getsize(path) == 0:
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate:
         return run_simulated(args)
@@ -101,9 +119,12 @@ def run(args: argparse.Namespace) -> int:
     note_if_alone(args.prog, comm.size, "timing the algorithms")
     collectives = args.collectives or list(BENCH_COLLECTIVES)
     table = _existing(args.out)
+    recorded = comm.bcast(_recorded(args.sweeps) if comm.rank == 0 else None)
     for collective in collectives:
         names = selected_algorithms(collective, f"all,{API_NATIVE}", comm.size)
-        sweeps: dict[tuple[int, str], list[float]] = {}
+        key = (f"{collective}, {comm.size} ranks, {tuning.library()}, {args.form}, "
+               f"{args.dtype}, {args.sizes}")
+        sweeps = {(size, name): list(times) for size, name, times in recorded.get(key, [])}
         for sweep in range(max(1, args.repeat)):
             results = bench.run(comm, collective, names, bench.size_range(args.sizes),
                                 args.dtype, args.iterations, args.warmup, check=sweep == 0,
@@ -120,12 +141,19 @@ def run(args: argparse.Namespace) -> int:
                 if r.algorithm != "native":
                     name = "native" if r.algorithm == API_NATIVE else r.algorithm
                     sweeps.setdefault((r.bytes, name), []).append(r.time_us)
+        recorded[key] = [[size, name, times] for (size, name), times in sweeps.items()]
         timings: dict[int, dict[str, list[float]]] = {}
         for (size, name), times in sweeps.items():
             timings.setdefault(size, {})[name] = times
+        if any(len({len(times) for times in cell.values()}) > 1 for cell in timings.values()):
+            raise ValueError(f"{args.sweeps} holds sweeps of {key} that timed other "
+                             "algorithms or sizes than this run: start a new file")
         table = tuning.merge(table, collective, comm.size, tuning.rules_from_timings(timings),
                              tuning.library(), args.form)
     if comm.rank == 0:
+        if args.sweeps:
+            with open(args.sweeps, "w") as f:
+                json.dump(recorded, f)
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1)
         made = "" if args.form == "blocking" else f", {args.form} calls"

@@ -171,6 +171,30 @@ def test_tune_writes_a_table_that_auto_follows(tmp_path):
     assert f"auto picks {name} (tuning file" in explained.stdout
 
 
+def test_tune_decides_from_the_sweeps_of_several_launches(tmp_path):
+    """--sweeps: each launch adds its sweeps to the file and decides from all of them; a file
+    whose sweeps timed other algorithms is refused (exit 2, nothing written over)."""
+    sweeps, table = tmp_path / "sweeps.json", tmp_path / "tuning.json"
+    quick = ["allreduce", "-m", "8:64:8", "-i", "3", "--min-time", "0", "-x", "1",
+             "--repeat", "1", "--sweeps", str(sweeps), "--out", str(table)]
+    for launch in (1, 2):
+        done = hpccoll("tune", *quick, ranks=2)
+        assert done.returncode == 0, done.stderr
+        (key, recorded), = json.loads(sweeps.read_text()).items()
+        assert key.startswith("allreduce, 2 ranks, ") and ", blocking, float32, " in key
+        assert {size for size, _, _ in recorded} == {8, 64}
+        assert {"native", "ring"} <= {name for _, name, _ in recorded}
+        assert all(len(times) == launch and min(times) > 0 for _, _, times in recorded)
+    written = table.read_text()
+    edited = json.loads(sweeps.read_text())
+    edited[key].append([8, "another", [1.0]])       # timed once, by another algorithm set
+    sweeps.write_text(json.dumps(edited))
+    done = hpccoll("tune", *quick, ranks=2)
+    assert done.returncode == 2
+    assert "timed other algorithms or sizes than this run: start a new file" in done.stderr
+    assert table.read_text() == written
+
+
 def test_bench_and_tune_time_the_nonblocking_and_persistent_forms(tmp_path):
     """--form times every algorithm and native (mpi4py's I<Collective> + Wait, or a
     <Collective>_init request started and waited on, freed after its cell: MPICH names any
@@ -306,7 +330,7 @@ def test_rules_keep_a_choice_within_five_percent():
     (["bench", "allreduce", "-m", "8", "--form", "persistent", "--cold"],
      "hpccoll bench: error: a persistent request's buffers are fixed: --cold cannot rotate"),
     (["tune", "allreduce", "--simulate", "--platform", "switch:n=4", "--form", "nonblocking"],
-     "hpccoll tune: error: --simulate replays schedules, not an MPI library's call forms"),
+     "hpccoll tune: error: --simulate replays schedules, not an MPI library's calls"),
     (["report", "missing.json"], "hpccoll report: error: argument FILE: cannot read missing.json"),
     (["verify", "--algorithm", "nosuch"], "hpccoll verify: error: no algorithm 'nosuch'"),
     (["nosuch"], "hpccoll: error: argument command: invalid choice: 'nosuch'"),
