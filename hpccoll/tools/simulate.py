@@ -199,8 +199,8 @@ def print_traffic(results: list[Any], loads: list[Any]) -> None:
     if not loads:
         return
     names = list(loads[0].reach)
-    print(f"# traffic by level (MB): reach = bytes of messages whose route climbs no higher "
-          f"(adds up to sent); links = bytes x links crossed at that level; levels low to high")
+    print("# traffic by level (MB): reach = bytes of messages whose route climbs no higher "
+          "(adds up to sent); links = bytes x links crossed at that level; levels low to high")
     print(f"# {'size(B)':>10} {'algorithm':>20} {'sent':>10} "
           + " ".join(f"{'reach ' + n:>12} {'links ' + n:>12}" for n in names)
           + f" {'busiest link':>12}")
