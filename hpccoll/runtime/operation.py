@@ -115,21 +115,23 @@ class Operation:
         spins = 0
         while code == PENDING:
             spins += 1
-            if spins % 64 == 0:
-                self._check_compiled()
+            # the deadline at every poll (a yield on a crowded host can take milliseconds,
+            # as progress.poll says), notices every 64
+            self._check_compiled(notices=spins % 64 == 0)
             os.sched_yield()
             code = resume(1, tag)
         self._ran(code)
 
-    def _check_compiled(self) -> None:
-        """CollectiveTimeout past the current step's deadline, or another rank's notice."""
+    def _check_compiled(self, notices: bool = True) -> None:
+        """CollectiveTimeout past the current step's deadline, or (``notices``) another
+        rank's notice."""
         runner = self.runner
         self.position = runner.step()
         if self.limit is not None and MPI.Wtime() - runner.started() > self.limit:
             plan = self.binding.plan
             raise _timeout(plan.label, self.steps[self.position], len(plan.program.steps),
                            runner.in_flight())
-        if self.guard.interrupted():
+        if notices and self.guard.interrupted():
             raise self.guard.notice()
 
     def _post(self) -> None:

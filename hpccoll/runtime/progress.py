@@ -138,14 +138,20 @@ def poll(done: Callable[[], bool], deadline: float | None,
          interrupted: Callable[[], bool] | None = None) -> bool:
     """Call ``done()`` until it returns True, yielding the core after a number of idle polls
     (:func:`note_ranks_per_host`); True when done, False once past ``deadline`` (None:
-    never) or, checked with the deadline, once ``interrupted()``."""
+    never; read every 64 polls, and at every poll once yielding) or once ``interrupted()``
+    (every 64 polls)."""
     spins = 0
     while not done():
         spins += 1
-        if spins > _idle_polls:
+        yielding = spins > _idle_polls
+        if yielding:
             os.sched_yield()
-        if spins % 64 == 0 and (deadline is not None and time.monotonic() > deadline
-                                or interrupted is not None and interrupted()):
+        # once yielding, the deadline at every poll: on a crowded host a yield can give the
+        # core away for milliseconds, and 64 of them would pass a deadline by far
+        every64 = spins % 64 == 0
+        if (yielding or every64) and past(deadline):
+            return False
+        if every64 and interrupted is not None and interrupted():
             return False
     return True
 
