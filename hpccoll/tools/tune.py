@@ -45,8 +45,7 @@ def add_parser(subparsers: Any) -> None:
                         help="a JSON file of sweeps: the sweeps an earlier run recorded there "
                              "(the same collective, rank count, library, form, dtype and "
                              "sizes) count as this run's too, and this run's are added to it; "
-                             "so the "
-                             "sweeps of several launches decide the table where a launch's "
+                             "so the sweeps of several launches decide the table where a launch's "
                              "state changes the times (e.g. where the library's shared memory "
                              "lands): the last launch writes the table from all of them")
     parser.add_argument("--out", default="hpccoll-tuning.json", type=arguments.output_file,
