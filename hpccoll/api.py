@@ -209,10 +209,7 @@ class LastCall:
         self.entry, self.pattern = entry, pattern
         executor = self.executor
         if self.alone or self.moves_nothing:    # (the entry copies, or does nothing)
-            executor, polls = self, 0
-            sides = [(-1 if n is None else n, 0) for n in (self.send_n, self.recv_n)]
-            bound = bind(lambda: (0, 0), _NO_STATE, _NO_STATE, self.dtype, *sides,
-                         lambda: None)
+            executor, polls, bound = self, 0, self.copy_bound()
         elif executor is None:
             entry.disarm()
             return
@@ -221,24 +218,33 @@ class LastCall:
         entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, executor, bound,
                                              self.finish, polls, self.tag))
 
+    def copy_bound(self) -> Any:
+        """The bound an entry runs where a repeat or start runs no executor: one rank's copy
+        of the send buffer (nothing, in place), or a call that moves nothing."""
+        sides = [(-1 if n is None else n, 0) for n in (self.send_n, self.recv_n)]
+        return bind(lambda: (0, 0), _NO_STATE, _NO_STATE, self.dtype, *sides, lambda: None)
+
     def serve_starts(self, entry: Entry, pattern: tuple | None = None,
                      request: type[Request] = Request) -> None:
         """Let ``entry`` serve this call's non-blocking starts whose arguments match
-        ``pattern`` (as :meth:`serve`'s) where they run on the compiled native executor:
+        ``pattern`` (as :meth:`serve`'s) where they run on the compiled native executor, or
+        run no executor (one rank's copy, a call that moves nothing: done at the start):
         what :meth:`start` does, returning the ``request`` (a
         :class:`~hpccoll.requests.Request`) that completes the run from C; else let it serve
         none."""
         compiled = self.prepared.compiled
-        if type(compiled) is not NativeCall or isinstance(compiled.bound, Dispatched) or \
-                self.moves_nothing:
+        if self.alone or self.moves_nothing:
+            arming = (self, self.copy_bound(), self.finish, 0)
+        elif type(compiled) is NativeCall and not isinstance(compiled.bound, Dispatched):
+            starter = self.starter
+            if starter is None:
+                starter = self.starter = compiled.twin()
+            arming = (starter, starter.bound, starter.resume, starter.polls)
+        else:
             entry.disarm()
             return
-        starter = self.starter
-        if starter is None:
-            starter = self.starter = compiled.twin()
         ctx = self.ctx
-        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, starter, starter.bound,
-                                             starter.resume, starter.polls, self.tag),
+        entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, *arming, self.tag),
                   (ctx, request, PENDING, ctx.slots, ctx.tag_span))
 
     def pattern_of(self, pattern: tuple | None) -> tuple:

@@ -166,7 +166,8 @@ def test_zero_size_calls_among_real_ones(mpi_ranks, comm):
     between calls of the same collective that move data on the same and on new arrays: each
     of those results NumPy's, and a zero-size call that does not match (empty send, full
     receive) still raises.  Non-blocking and persistent calls that move nothing are complete
-    when started (no operation is built), bcast's too."""
+    when started (no operation is built, or the request is made complete from C), bcast's
+    too."""
     import hpccoll
     from hpccoll.requests import COMPLETED
     p, r = comm.size, comm.rank
@@ -176,9 +177,10 @@ def test_zero_size_calls_among_real_ones(mpi_ranks, comm):
             empty = [np.empty(0, np.int64)] * (1 if collective == "bcast" else 2)
             for k in range(3):
                 request = getattr(hpccoll, "i" + collective)(comm, *empty, algorithm=algorithm)
-                started = request._operation
+                started = request._operation        # (None: a request the C entry made done)
                 request.wait()
-                assert k == 0 or started is COMPLETED, (collective, algorithm, k)
+                assert k == 0 or started is COMPLETED or started is None, \
+                    (collective, algorithm, k)
             persistent = getattr(hpccoll, collective + "_init")(comm, *empty,
                                                                  algorithm=algorithm)
             for k in range(2):
@@ -380,6 +382,65 @@ def test_one_rank_starts_are_copies_whatever_the_shapes(mpi_ranks, comm):
         z = np.arange(5.0)
         hpccoll.iallreduce(comm, MPI.IN_PLACE, z, algorithm=algorithm).wait()
         assert np.array_equal(z, np.arange(5.0))
+
+
+@pytest.mark.mpi(ranks=[1], timeout=300)
+def test_one_rank_starts_are_served_from_c(mpi_ranks, comm, monkeypatch):
+    """On one rank a repeated non-blocking start that runs no executor -- a scheduled
+    algorithm's copy of the send buffer (other arrays of the validated dtype and size too, of
+    any shape), in place, a bcast, a call of zero elements -- is started by its C entry, not
+    the Python path, and returns a request already complete, the copy made and a tag slot
+    drawn as from Python; a start of another size or dtype is declined and validated anew
+    (and a bad buffer refused) there."""
+    import hpccoll
+    from hpccoll import api
+    from hpccoll.context import context
+    from hpccoll.runtime import entry
+    from mpi4py import MPI
+    assert entry.COMPILED, "the C entry was not built (setup.py: it needs a C compiler)"
+    python_starts = []
+    start_collective = api.start_collective
+    monkeypatch.setattr(api, "start_collective",
+                        lambda *a: python_starts.append(a[0]) or start_collective(*a))
+    x, y = np.arange(12.0), np.zeros(12)
+    flat, grid = np.arange(12.0) + 100, np.zeros((3, 4))
+    b, empty_send, empty_recv = np.arange(6.0), np.zeros(0), np.zeros(0)
+    starts = [          # (the start on (send, recv), its arrays, what recv must hold after)
+        (lambda s, r: hpccoll.iallreduce(comm, s, r, algorithm="ring"), (x, y), x),
+        (lambda s, r: hpccoll.iallreduce(comm, s, r, algorithm="ring"), (flat, grid), flat),
+        (lambda s, r: hpccoll.iallgather(comm, s, r, algorithm="bruck"), (x, y), x),
+        (lambda s, r: hpccoll.iallreduce(comm, MPI.IN_PLACE, r, algorithm="ring"),
+         (None, y), np.arange(12.0) + 7),
+        (lambda s, r: hpccoll.ibcast(comm, r, root=0, algorithm="binomial"), (None, b),
+         np.arange(6.0)),
+        (lambda s, r: hpccoll.iallreduce(comm, s, r, algorithm="ring"),
+         (empty_send, empty_recv), empty_send)]
+    for k, (start, (send, recv), want) in enumerate(starts):
+        for turn in range(3):
+            python_starts.clear()
+            if send is None:
+                recv[...] = want
+            else:
+                recv[...] = -1
+            slot = context(comm).slot
+            request = start(send, recv)
+            assert request.test() or turn == 0, (k, turn)       # (from C: done at the start)
+            request.wait()
+            assert np.array_equal(recv.reshape(-1), want), (k, turn, recv)
+            assert context(comm).slot == slot % (context(comm).slots - 1) + 1, (k, turn)
+            assert len(python_starts) == (turn == 0 and k not in (1,)), (k, turn)
+    for other, refused in ((np.zeros(6), None), (np.zeros(12, np.float32), None),
+                           (np.zeros(24)[::2], ValueError)):
+        hpccoll.iallreduce(comm, x, y, algorithm="ring").wait()
+        python_starts.clear()
+        if refused:
+            with pytest.raises(refused):
+                hpccoll.iallreduce(comm, x, other, algorithm="ring")
+        else:
+            source = np.arange(other.size, dtype=other.dtype)
+            hpccoll.iallreduce(comm, source, other, algorithm="ring").wait()
+            assert np.array_equal(other, source)
+        assert python_starts == ["allreduce"], (other.shape, other.dtype)
 
 
 @pytest.mark.mpi(ranks=[1], timeout=300)
