@@ -835,7 +835,8 @@ def test_failure_model_on_the_compiled_executor(mpi_ranks, comm):
     the last rank skipping a call makes the others raise CollectiveTimeout (or
     CommunicatorRevoked from a peer's notice), the receive buffer held while MPI may write
     it (a scheduled call's receives are cancelled: held while a send is pending, as a
-    1 MiB one to the absent rank at 2 ranks), every later call raises CommunicatorRevoked, and after recover() the right sums."""
+    1 MiB one to the absent rank at 2 ranks), every later call raises CommunicatorRevoked,
+    and after recover() the right sums."""
     import hpccoll
     from hpccoll import api
     from hpccoll.runtime import abandoned, libmpi
