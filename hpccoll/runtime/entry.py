@@ -21,7 +21,9 @@ what it does: it makes the checks the Python path makes (``api._again``,
 The non-blocking functions (``i<collective>``) and ``hpccoll.Comm``'s ``I...`` methods call
 an :class:`Entry` armed for starts: a start of the last validated call on the compiled native
 executor draws the context's next tag slot and returns the request, which completes the run
-from C (:class:`Started`).
+from C (:class:`Started`); a start that runs no executor (one rank's copy of the send
+buffer -- none in place -- or a call that moves nothing) is made in C too, and its request
+returned complete.
 
 A persistent request on the compiled native executor is started and completed from C too:
 :class:`Started`, the base of :class:`hpccoll.Request`, armed with the executor's run,
