@@ -233,8 +233,8 @@ class LastCall:
         :class:`~hpccoll.requests.Request`) that completes the run from C; else let it serve
         none."""
         compiled = self.prepared.compiled
-        if self.alone or self.moves_nothing:
-            arming = (self, self.copy_bound(), self.finish, 0)
+        if self.alone or self.moves_nothing:    # (done at the start: nothing to finish)
+            arming = (self, self.copy_bound(), None, 0)
         elif type(compiled) is NativeCall and not isinstance(compiled.bound, Dispatched):
             starter = self.starter
             if starter is None:
