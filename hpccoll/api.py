@@ -24,7 +24,7 @@ from .collectives import Collective, on_add
 from .arguments import copied
 from .prepared import Prepared, nothing, prepare
 from .requests import PersistentRequest, Request, request_of
-from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Dispatched, Entry, bind
+from .runtime.entry import ANY, ARRAY, EQUAL, SAME, SPEC, Dispatched, Entry, copy_bound
 from .runtime.libmpi import PENDING
 from .runtime.native import NativeCall
 from .runtime.progress import COMPLETED
@@ -221,8 +221,7 @@ class LastCall:
     def copy_bound(self) -> Any:
         """The bound an entry runs where a repeat or start runs no executor: one rank's copy
         of the send buffer (nothing, in place), or a call that moves nothing."""
-        sides = [(-1 if n is None else n, 0) for n in (self.send_n, self.recv_n)]
-        return bind(lambda: (0, 0), _NO_STATE, _NO_STATE, self.dtype, *sides, lambda: None)
+        return copy_bound(self.dtype, self.send_n, self.recv_n)
 
     def serve_starts(self, entry: Entry, pattern: tuple | None = None,
                      request: type[Request] = Request) -> None:
@@ -285,7 +284,6 @@ class LastCall:
 
 
 _last_calls: dict[str, LastCall] = {}       # collective -> its last blocking call
-_NO_STATE = np.zeros(1, np.int64)           # (the state of an entry that runs no executor)
 _entries: dict[str, Entry] = {}             # collective -> the C entry of its repeats
 _last_starts: dict[str, LastCall] = {}      # collective -> its last non-blocking call
 _start_entries: dict[str, Entry] = {}       # collective -> the C entry of its starts

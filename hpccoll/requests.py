@@ -21,7 +21,7 @@ from mpi4py import MPI
 from . import settings
 from .runtime import abandoned, libmpi
 from .runtime.agreement import gather_rows
-from .runtime.entry import Dispatched, Started
+from .runtime.entry import Dispatched, Started, copy_bound
 from .runtime.libmpi import PENDING
 from .runtime.native import NativeCall
 from .runtime.operation import Operation
@@ -71,7 +71,9 @@ class PersistentRequest(Request):
     native executor (on a state of its own); anything but a clean completion goes to an
     :class:`~hpccoll.runtime.operation.Operation` (deadline, notices, failure) as on the
     first run.  On the compiled native executor, ``start()``, ``wait()`` and ``test()`` run
-    from C while runs are clean (:class:`~.runtime.entry.Started`, armed here)."""
+    from C while runs are clean (:class:`~.runtime.entry.Started`, armed here), and so do
+    the runs on no executor (one rank's copy of the send buffer, a call that moves
+    nothing); a run done at its start leaves the request active until waited or tested."""
 
     __slots__ = ("_prepared", "_send", "_recv", "_slot", "_tag", "_freed", "_executor",
                  "_persistent", "_copy", "_arguments")
@@ -100,6 +102,11 @@ class PersistentRequest(Request):
             if isinstance(executor, NativeCall) and not isinstance(executor.bound, Dispatched):
                 self._arm(executor.bound, executor, self._arguments[:2], prepared.ctx,
                           settings, PENDING, executor.polls, self._tag)
+        elif (prepared.local_copy or prepared.moves_nothing) and not prepared.on_device:
+            send, recv = self._arguments[:2]    # (done at the start: no executor, from C)
+            bound = copy_bound(recvbuf.dtype, None if send is None else send.size,
+                               None if recv is None else recv.size)
+            self._arm(bound, None, (send, recv), prepared.ctx, settings, PENDING, 0, self._tag)
 
     @property
     def active(self) -> bool:

@@ -609,11 +609,13 @@ static PyTypeObject EntryType = {
 /* A started collective: hpccoll.requests.Request's base.  `_operation` completes the run
  * (its test() and wait()), None once complete; a wait() or test() that raises ends the run
  * too.  Armed with an executor's run (arm(): a persistent request on the compiled native
- * executor), start() starts it from C while settings.fast and the context is not revoked,
- * and wait() and test() complete it from C while the run is clean (done within its polls);
- * anything else is Python's: start() calls self._start(), a start's code other than done or
- * in flight goes to executor.resume(code, send, recv, tag), a wait's or test's to
- * executor._finish(code) (the deadline, notices, failures). */
+ * executor, or one rank's copy), start() starts it from C while settings.fast and the
+ * context is not revoked, and wait() and test() complete it from C while the run is clean
+ * (done within its polls); anything else is Python's: start() calls self._start(), a
+ * start's code other than done or in flight goes to executor.resume(code, send, recv, tag),
+ * a wait's or test's to executor._finish(code) (the deadline, notices, failures).  A run
+ * done at its start leaves hpccoll.runtime.progress.COMPLETED in `_operation`: the request
+ * stays active until waited or tested, as MPI's persistent requests do. */
 typedef struct {
     PyObject_HEAD
     PyObject *operation;
@@ -623,7 +625,22 @@ typedef struct {
 } Started;
 
 static PyObject *revoked_name, *fast_name, *overdue_name, *start_name,
-    *wait_name, *test_name, *empty;
+    *wait_name, *test_name, *empty, *completed;
+
+/* hpccoll.runtime.progress.COMPLETED (borrowed; taken at the first run done at its start:
+ * importing it imports mpi4py's MPI, which importing this module must not). */
+static PyObject *completed_run(void)
+{
+    PyObject *progress;
+    if (completed == NULL) {
+        progress = PyImport_ImportModule("hpccoll.runtime.progress");
+        if (progress == NULL)
+            return NULL;
+        completed = PyObject_GetAttrString(progress, "COMPLETED");
+        Py_DECREF(progress);
+    }
+    return completed;
+}
 
 /* The run on the executor is over: it is no longer busy and holds no memory. */
 static int run_over(Started *self)
@@ -668,8 +685,13 @@ static PyObject *started_start(Started *self, PyObject *unused)
     given[0] = given[0] == Py_None ? NULL : given[0];
     given[1] = given[1] == Py_None ? NULL : given[1];
     code = bound_run(self->bound, given, 0, self->tag);
-    if (code == self->bound->done)
+    if (code == self->bound->done) {
+        if ((run = completed_run()) == NULL)
+            return NULL;
+        Py_INCREF(run);
+        Py_XSETREF(self->operation, run);
         Py_RETURN_NONE;
+    }
     if (code == self->bound->mismatch)
         return PyObject_CallMethodNoArgs((PyObject *)self, start_name);
     if (code == self->pending) {
@@ -704,6 +726,10 @@ static PyObject *started_wait(Started *self, PyObject *unused)
     int64_t code;
     if (operation == NULL || operation == Py_None)
         Py_RETURN_NONE;
+    if (operation == completed) {
+        Py_CLEAR(self->operation);
+        Py_RETURN_NONE;
+    }
     if (self->bound != NULL && operation == self->executor) {
         code = resume_run(self->bound, self->polls, self->tag);
         if (code == self->bound->done) {
@@ -731,6 +757,10 @@ static PyObject *started_test(Started *self, PyObject *unused)
     int done;
     if (operation == NULL || operation == Py_None)
         Py_RETURN_TRUE;
+    if (operation == completed) {
+        Py_CLEAR(self->operation);
+        Py_RETURN_TRUE;
+    }
     if (self->bound != NULL && operation == self->executor) {
         code = resume_run(self->bound, 1, self->tag);
         if (code == self->bound->done) {

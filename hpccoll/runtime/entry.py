@@ -41,6 +41,9 @@ Numba functions from Python (:class:`Dispatched`), and requests are
 from __future__ import annotations
 
 from typing import Any, Callable
+
+import numpy as np
+
 # What an argument of an armed call must be in a repeat (a pattern item is (kind, value,
 # buffer): buffer 0 the send buffer, 1 the receive one, -1 neither): the same object, an equal
 # value of the same type, a NumPy array of the call's dtype, a spec -- a list or tuple of such
@@ -140,3 +143,14 @@ def bind(functions: Callable[[], tuple[int, int]], state: Any, handles: Any, dty
         return dispatched()
     run, resume = functions()
     return Bound(run, resume, state, handles, dtype, DONE, MISMATCH, send, recv)
+
+
+def copy_bound(dtype: Any, send_n: int | None, recv_n: int | None) -> Any:
+    """The :class:`Bound` of a run on no executor: one rank's copy of a send buffer of
+    ``send_n`` elements of ``dtype`` into a receive one of ``recv_n`` (None: no such buffer,
+    in place), or a call that moves nothing (sizes 0)."""
+    sides = [(-1 if n is None else n, 0) for n in (send_n, recv_n)]
+    return bind(lambda: (0, 0), _NO_STATE, _NO_STATE, dtype, *sides, lambda: None)
+
+
+_NO_STATE = np.zeros(1, np.int64)       # (the state of a run on no executor)

@@ -443,6 +443,63 @@ def test_one_rank_starts_are_served_from_c(mpi_ranks, comm, monkeypatch):
         assert python_starts == ["allreduce"], (other.shape, other.dtype)
 
 
+@pytest.mark.mpi(ranks=[1, 2], timeout=300)
+def test_persistent_runs_on_no_executor_are_served_from_c(mpi_ranks, comm, monkeypatch):
+    """A persistent request that runs no executor -- on one rank a scheduled algorithm's copy
+    of the send buffer (arrays of other shapes, in place, a bcast), at any rank count a call
+    of zero elements -- starts from C after making the request: the copy made at the start,
+    the request active until waited or tested (a second start before then raises, as MPI's
+    persistent requests do) and inactive after; in check mode the start is Python's."""
+    import hpccoll
+    from hpccoll import requests
+    from hpccoll.runtime import entry
+    from mpi4py import MPI
+    assert entry.COMPILED, "the C entry was not built (setup.py: it needs a C compiler)"
+    python_starts = []
+    start = requests.PersistentRequest._start
+    monkeypatch.setattr(requests.PersistentRequest, "_start",
+                        lambda self: python_starts.append(self) or start(self))
+    x, y = np.arange(12.0), np.zeros(12)
+    grid, b = np.zeros((3, 4)), np.arange(6.0)
+    empty_send, empty_recv = np.zeros(0), np.zeros(0)
+    made = [            # (the request on (send, recv), its arrays, what recv must hold after)
+        (lambda s, r: hpccoll.allreduce_init(comm, s, r, algorithm="ring"),
+         (empty_send, empty_recv), empty_send)]
+    if comm.size == 1:
+        made += [
+            (lambda s, r: hpccoll.allreduce_init(comm, s, r, algorithm="ring"), (x, y), x),
+            (lambda s, r: hpccoll.allgather_init(comm, s, r, algorithm="bruck"), (x, grid), x),
+            (lambda s, r: hpccoll.allreduce_init(comm, MPI.IN_PLACE, r, algorithm="ring"),
+             (None, y), np.arange(12.0) + 7),
+            (lambda s, r: hpccoll.bcast_init(comm, r, root=0, algorithm="binomial"), (None, b),
+             np.arange(6.0))]
+    for k, (make, (send, recv), want) in enumerate(made):
+        request = make(send, recv)
+        for turn in range(3):
+            if send is None:
+                recv[...] = want
+            else:
+                recv[...] = -1
+                send += turn
+                want = send
+            python_starts.clear()
+            request.start()
+            assert not python_starts, (k, turn)
+            assert np.array_equal(recv.reshape(-1), want), (k, turn, recv)
+            assert request.active, (k, turn)
+            with pytest.raises(RuntimeError, match="started again before it completed"):
+                request.start()
+            assert request.test() if turn % 2 else request.wait() is None, (k, turn)
+            assert not request.active and request.test(), (k, turn)
+        previous = hpccoll.configure(check=True)
+        try:
+            python_starts.clear()
+            request.start()
+            request.wait()
+            assert python_starts == [request], k
+        finally:
+            hpccoll.configure(**vars(previous))
+        request.free()
 @pytest.mark.mpi(ranks=[1], timeout=300)
 def test_one_rank_repeats_are_copies_of_the_arrays_validated(mpi_ranks, comm, monkeypatch):
     """On one rank a repeat of a scheduled algorithm on the arrays validated last, of their
