@@ -30,7 +30,8 @@ A persistent request on the compiled native executor is started and completed fr
 starts it (``MPI_Start`` in the compiled code) and completes it (``MPI_Testsome`` of its
 request and the notice receive) with no Python frame while the run is clean; a run that is
 not (still in flight after its polls, a notice, an error) is finished by the executor's
-Python code as every run.
+Python code as every run.  One that runs no executor (one rank's copy, a call that moves
+nothing) is made at its start from C, the request active until waited or tested.
 
 ``_entry.c`` is built at install (setup.py) when a C compiler is there; without one, the
 :class:`StandIn` takes the entry's place and serves no call, the executors call their
