@@ -103,10 +103,13 @@ class PersistentRequest(Request):
                 self._arm(executor.bound, executor, self._arguments[:2], prepared.ctx,
                           settings, PENDING, executor.polls, self._tag)
         elif (prepared.local_copy or prepared.moves_nothing) and not prepared.on_device:
-            send, recv = self._arguments[:2]    # (done at the start: no executor, from C)
-            bound = copy_bound(recvbuf.dtype, None if send is None else send.size,
-                               None if recv is None else recv.size)
-            self._arm(bound, None, (send, recv), prepared.ctx, settings, PENDING, 0, self._tag)
+            # done at the start, from C: the send buffer's copy (the arrays checked, as the
+            # executors' runs check them), or nothing (in place, none to send, zero elements)
+            copies = self._copy is not None and sendbuf.size > 0
+            bound = copy_bound(recvbuf.dtype, *((sendbuf.size, recvbuf.size) if copies else
+                                               (None, None)))
+            self._arm(bound, None, self._arguments[:2], prepared.ctx, settings, PENDING, 0,
+                      self._tag)
 
     @property
     def active(self) -> bool:
