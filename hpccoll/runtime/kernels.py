@@ -14,9 +14,12 @@ by :func:`block_mover`), so its two kernels serve every dtype.
 from __future__ import annotations
 
 import math
+import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -101,6 +104,52 @@ def _jit() -> Callable:
         return reduce_strided
 
     return njit(cache=True, nogil=True)
+
+
+_compiling = threading.RLock()
+_compiling_depth = 0        # (how deep this process is in compiling(): only the outermost locks)
+
+
+@contextmanager
+def compiling() -> Iterator[None]:
+    """Hold the lock of Numba's disk cache (a file in it) while compiling into it: of the
+    processes on a node that need the same code at the same time -- the ranks of a launch on
+    a cache without it -- the first to take the lock compiles it and saves it, and the
+    others, waiting meanwhile, load it.  Numba neither locks its cache nor sees a compilation
+    in progress elsewhere, so each rank would compile it, on a core of its own (64 ranks of a
+    node: 64 times).  Reentrant within a process; where the lock file cannot be made or
+    locked (a read-only cache, a file system without locks), compiling is unlocked."""
+    global _compiling_depth
+    with _compiling:
+        held = _cache_lock() if _compiling_depth == 0 else -1
+        _compiling_depth += 1
+        try:
+            yield
+        finally:
+            _compiling_depth -= 1
+            if held >= 0:
+                os.close(held)          # (releases the lock)
+
+
+def _cache_lock() -> int:
+    """The descriptor of the cache's lock file, locked (``flock``, exclusive: released when
+    closed); -1 where it cannot be.  The cache is Numba's NUMBA_CACHE_DIR where set, else the
+    ``__pycache__`` beside these sources (Numba's default)."""
+    import fcntl
+    from numba.core import config
+    folder = config.CACHE_DIR or os.path.join(os.path.dirname(__file__), "__pycache__")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        held = os.open(os.path.join(folder, "hpccoll-compiling.lock"), os.O_RDWR | os.O_CREAT,
+                       0o666)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+    except OSError:
+        os.close(held)
+        return -1
+    return held
 
 
 def reduce_pair(op, dst, a, b):

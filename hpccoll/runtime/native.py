@@ -47,7 +47,7 @@ from .. import settings
 from ..collectives import nonblocking, spec
 from ..schedule import Call, offsets
 from . import abandoned, buffers, entry, libmpi, progress
-from .kernels import computes
+from .kernels import compiling, computes
 from .libmpi import (DONE, FAILED, MISMATCH, NOTICE, PENDING, START_FAILED, c_double, c_int,
                      carray_at, plain)
 from .progress import COMPLETED
@@ -314,6 +314,7 @@ def executor(collective: str, dtype: np.dtype) -> str:
 
 
 @lru_cache(maxsize=1)
+@compiling()
 def functions() -> tuple[int, int]:
     """The addresses of ``int64 run(send_at, recv_at, state_at, state_n, handles_at,
     handles_n, polls, tag)`` -- :func:`_post` on the arrays at those addresses (the buffers

@@ -19,9 +19,9 @@ and returns :data:`PENDING`; the operation then yields the core between further 
 one poll each, checks the step's deadline (counted from just before the step's posts, as on
 the other executor) and another rank's revocation notices, and on any failure abandons the
 binding as it always does.  So ``HPCCOLL_TIMEOUT``, revocation and the memory held after a
-failure are unchanged (:meth:`Runner.in_flight` gives the operation the step's open requests).  The
-runner's :class:`~.entry.Bound` (C) checks the buffers it is given against the bound ones
-(dtype, addresses, sizes, layout, writability) and calls the function by address
+failure are unchanged (:meth:`Runner.in_flight` gives the operation the step's requests).
+The runner's :class:`~.entry.Bound` (C) checks the buffers it is given against the bound
+ones (dtype, addresses, sizes, layout, writability) and calls the function by address
 (:func:`functions`), with no Numba dispatch: a repeat on other arrays is :data:`MISMATCH`,
 and the caller binds them in Python.
 
@@ -31,7 +31,8 @@ an MPI library :mod:`.libmpi` knows, and messages of at most 2^31-1 elements (co
 C ints); elsewhere the Python executor runs.  What it runs is compiled once per handle
 width (a first use in a fresh cache compiles for a few seconds); a reduction per op and
 dtype (and, where the C code was not built, the check of the arrays per dtype and layout:
-:func:`_checked`) compile in well under a second each; all are cached on disk.
+:func:`_checked`) compile in well under a second each; all are cached on disk, compiled by
+one process of a node at a time (:func:`.kernels.compiling`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from mpi4py import MPI
 
 from ..schedule import Region
 from . import buffers, entry, libmpi, progress
-from .kernels import Reduction, reduce_pair, reduce_strided, work_refusal
+from .kernels import Reduction, compiling, reduce_pair, reduce_strided, work_refusal
 from .libmpi import DONE, FAILED, MISMATCH, NOTICE, PENDING, c_double, c_int, carray_at, plain
 from .progress import COMPLETED
 from .ops import terms
@@ -62,19 +63,15 @@ if TYPE_CHECKING:
  ARRIVAL_TABLE, OP_TABLE, INDICES, STATUSES, REDUCE_PAIR, REDUCE_ROWS, FUNCTION) = range(25)
 HEADER = FUNCTION + len(libmpi.FUNCTIONS)
 # a step's row: its index in the program (for its tag), its messages (first, count) among
-# the requests, its packing and local work
-INDEX, REQ_FIRST, REQ_N, PACK_FIRST, PACK_END, LOCAL_FIRST, LOCAL_END = range(7)
-STEP_WORDS = 7
-# a message's row: the library function posting it (MPI_Irecv or MPI_Isend), address,
-# count, peer
-POST, ADDRESS, ELEMENTS, PEER = range(4)
-MESSAGE_WORDS = 4
-COMM, DATATYPE = range(2)   # the handles array, then the requests' (the notice receive last)
-REQUESTS = DATATYPE + 1
+# the requests, its packing and local work (each table's last name: its rows' length)
+INDEX, REQ_FIRST, REQ_N, PACK_FIRST, PACK_END, LOCAL_FIRST, LOCAL_END, STEP_WORDS = range(8)
+# a message's row: the function posting it (MPI_Irecv or MPI_Isend), address, count, peer
+POST, ADDRESS, ELEMENTS, PEER, MESSAGE_WORDS = range(5)
+# the handles array: the communicator, the datatype, then the requests' (the notice receive last)
+COMM, DATATYPE, REQUESTS = range(3)
 LARGEST_COUNT = 2**31 - 1           # elements in a message
 # a record of work: what, where to, from where (a, b), how many elements (bytes to copy), rows
-KIND, DST, A, B, COUNT, ROWS = range(6)
-OP_WORDS = 6
+KIND, DST, A, B, COUNT, ROWS, OP_WORDS = range(7)
 COPY, PAIR, STRIDED = range(3)
 
 
@@ -356,6 +353,7 @@ def _compiled() -> Any:
 
 
 @lru_cache(maxsize=1)
+@compiling()
 def functions() -> tuple[int, int]:
     """The addresses of ``int64 run(send_at, recv_at, state_at, state_n, handles_at,
     handles_n, polls, tag)``, :func:`_run` on the arrays at those addresses (the buffers,
@@ -384,6 +382,7 @@ def _checked(send, recv, state, handles, polls, tag):
 
 
 @lru_cache(maxsize=None)
+@compiling()
 def _reducer(op: str, dtype: np.dtype, kind: int) -> int:
     """The address of ``int f(dst, a, b, n, rows)`` reducing with ``op`` on ``dtype``
     (compiled, cached on disk) the records of ``kind``: :data:`PAIR`, ``dst = a op b`` over

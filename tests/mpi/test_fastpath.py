@@ -1358,6 +1358,7 @@ def test_counts_beyond_2_31_go_to_mpi4py_and_give_its_results(mpi_ranks, comm):
 
 COMPILATIONS = """
 import gc
+import json
 import numpy as np
 from mpi4py import MPI
 import hpccoll
@@ -1368,24 +1369,33 @@ for algorithm in ("native", "recursive_doubling"):
     for _ in range(3):          # (the third call on the C entry's function)
         hpccoll.allreduce(MPI.COMM_WORLD, x, y, algorithm=algorithm)
 compiled = [d for d in gc.get_objects() if type(d) in (CPUDispatcher, CFunc)]
+names = sorted({d.py_func.__qualname__ for d in compiled if type(d) is CPUDispatcher and
+                sum(d.stats.cache_misses.values())})
+count = sum(sum(d.stats.cache_misses.values()) if type(d) is CPUDispatcher else
+            d.cache_hits == 0 for d in compiled)
+every = MPI.COMM_WORLD.gather((names, count))
 if MPI.COMM_WORLD.rank == 0:
-    print(sum(sum(d.stats.cache_misses.values()) if type(d) is CPUDispatcher else
-              d.cache_hits == 0 for d in compiled))
+    print(json.dumps(every))
 """
 
 
 def test_a_new_process_loads_the_compiled_executors_from_numbas_cache(tmp_path):
     """The compiled executors' code is compiled once and then read from Numba's disk cache by
     every process (a native start that closed over another compiled function once missed it
-    and compiled anew in every process: 2.5 s a dtype).  Two launches on a fresh cache: the
-    first compiles, the second compiles nothing."""
+    and compiled anew in every process: 2.5 s a dtype), and the ranks of a launch that need
+    it at the same time compile it once (the cache's lock, kernels.compiling): two launches
+    of three ranks on a fresh cache, the first compiles the executors' functions on one rank
+    (the others load them), the second compiles nothing."""
+    import json
     import os
     import shutil
     import subprocess
     import sys
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    compilations = [subprocess.run(
-        [shutil.which("mpiexec"), "-n", "2", sys.executable, "-c", COMPILATIONS],
-        capture_output=True, text=True, timeout=300, env=env, check=True).stdout.split()[-1]
+    launches = [json.loads(subprocess.run(
+        [shutil.which("mpiexec"), "-n", "3", sys.executable, "-c", COMPILATIONS],
+        capture_output=True, text=True, timeout=300, env=env, check=True).stdout.splitlines()[-1])
         for _ in range(2)]
-    assert int(compilations[0]) > 0 and int(compilations[1]) == 0, compilations
+    for executors in ("_post", "_test", "_run"):       # (native, native, scheduled)
+        assert sum(executors in names for names, _ in launches[0]) == 1, launches[0]
+    assert [count for _, count in launches[1]] == [0, 0, 0], launches[1]
