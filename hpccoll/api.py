@@ -209,7 +209,7 @@ class LastCall:
         self.entry, self.pattern = entry, pattern
         executor = self.executor
         if self.alone or self.moves_nothing:    # (the entry copies, or does nothing)
-            executor, polls, bound = self, 0, self.copy_bound()
+            executor, polls, bound = self, 0, copy_bound(self.dtype, self.send_n, self.recv_n)
         elif executor is None:
             entry.disarm()
             return
@@ -217,11 +217,6 @@ class LastCall:
             polls, bound = executor.polls, executor.bound
         entry.arm(self.pattern_of(pattern), (self.calls, self.prepared, executor, bound,
                                              self.finish, polls, self.tag))
-
-    def copy_bound(self) -> Any:
-        """The bound an entry runs where a repeat or start runs no executor: one rank's copy
-        of the send buffer (nothing, in place), or a call that moves nothing."""
-        return copy_bound(self.dtype, self.send_n, self.recv_n)
 
     def serve_starts(self, entry: Entry, pattern: tuple | None = None,
                      request: type[Request] = Request) -> None:
@@ -233,7 +228,7 @@ class LastCall:
         none."""
         compiled = self.prepared.compiled
         if self.alone or self.moves_nothing:    # (done at the start: nothing to finish)
-            arming = (self, self.copy_bound(), None, 0)
+            arming = (self, copy_bound(self.dtype, self.send_n, self.recv_n), None, 0)
         elif type(compiled) is NativeCall and not isinstance(compiled.bound, Dispatched):
             starter = self.starter
             if starter is None:
